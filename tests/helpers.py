@@ -1,0 +1,69 @@
+"""Builders shared by the tests: pools filled with known rows and CSR page tables."""
+
+import numpy as np
+
+import witcert_cupy as wc
+from witcert_cupy.decode import check_page_table
+
+
+def contiguous_table(lengths, page_size, base_slots=None):
+    """CSR page table for requests of ``lengths`` whose tokens sit at consecutive slots.
+
+    Request ``b`` occupies slots ``[base_slots[b], base_slots[b] + lengths[b])``; each base is a
+    multiple of 128, so the same tokens land at the same slots for every page size <= 128.
+    Returns ``(indptr, indices, last, slots_per_request, num_pages)``.
+    """
+    if base_slots is None:
+        base_slots, acc = [], 0
+        for n in lengths:
+            base_slots.append(acc)
+            acc += -(-max(n, 1) // 128) * 128
+    indptr, indices, last, slots = [0], [], [], []
+    for n, base in zip(lengths, base_slots):
+        npg = -(-n // page_size)
+        first = base // page_size
+        indices.extend(range(first, first + npg))
+        indptr.append(len(indices))
+        last.append(n - (npg - 1) * page_size if npg else 0)
+        slots.append(np.arange(base, base + n, dtype=np.int64))
+    total = max(b + -(-max(n, 1) // 128) * 128 for n, b in zip(lengths, base_slots))
+    return (np.array(indptr, np.int32), np.array(indices, np.int32), np.array(last, np.int32), slots,
+            -(-total // page_size))
+
+
+def random_rows(rng, n, H, d, *, heavy=True, massive=None):
+    """float32 K/V-like rows ``[n, H, d]``: Gaussian with log-normal token norms, optional massive channels."""
+    x = rng.standard_normal((n, H, d))
+    if heavy:
+        x *= rng.lognormal(0.0, 0.5, size=(n, H, 1))
+    if massive is not None:
+        for ch, amp in massive:
+            x[:, :, ch] *= amp
+    return x.astype(np.float32)
+
+
+def filled_pool(rng, *, lengths, H=2, d=128, page_size=16, cfg=None, L=1, layer=0, massive=None,
+                backend="cpu"):
+    """A pool holding random rows for requests of ``lengths`` at contiguous slots.
+
+    Returns ``(pool, table, k, v)`` with ``table = (indptr, indices, last, slots)`` and ``k/v`` the
+    per-request float32 rows that were written.
+    """
+    cfg = cfg or wc.QuantConfig(d)
+    indptr, indices, last, slots, npages = contiguous_table(lengths, page_size)
+    pool = wc.KVPool(L, H, d, npages, page_size, cfg, keep_exact=True, backend=backend)
+    ks, vs = [], []
+    for s in slots:
+        k = random_rows(rng, len(s), H, d, massive=massive)
+        v = random_rows(rng, len(s), H, d)
+        if len(s):
+            pool.write(layer, s, k, v)
+        ks.append(k)
+        vs.append(v)
+    return pool, (indptr, indices, last, slots), ks, vs
+
+
+def page_table(pool, table):
+    indptr, indices, last, _ = table
+    return check_page_table(indptr, indices, last, batch=len(last), num_pages=pool.num_pages,
+                            page_size=pool.page_size)

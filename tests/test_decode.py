@@ -1,0 +1,156 @@
+"""SPEC §6 on the CPU backend: decode against float64 attention on the reconstructed cache, the
+split-KV merge, GQA groups, head dims, page sizes and order invariances."""
+
+import math
+
+import numpy as np
+import pytest
+
+import witcert_cupy as wc
+from witcert_cupy import certificate, reference
+from helpers import filled_pool, page_table
+
+
+def ref_request(pool, table, q, b, cert, sm=None):
+    """float64 o, lse, log A, max c of request ``b`` from the pool's own reconstructed values."""
+    pt = page_table(pool, table)
+    rows = reference.request_rows(pool, 0, pt, b)
+    o, lse = reference.attention(q[b], rows["k_hat"], rows["v_hat"], sm_scale=sm)
+    if cert is None:
+        return o, lse, None, None
+    S = len(rows["slots"])
+    Hq = q.shape[1]
+    c = np.full((Hq, S), np.inf)
+    if "A" in cert.tier:
+        c = np.minimum(c, reference.c_tier_a(q[b], rows["k_witness"], pool.config, sm_scale=sm))
+    if "B" in cert.tier:
+        c = np.minimum(c, reference.c_tier_b(q[b], rows["k_scales"], pool.config, layer=0,
+                                             kv_heads_bypass=pool.bypass_ch[0], S=S,
+                                             delta_loc=certificate.delta_loc(cert, Hq), sm_scale=sm))
+    pt_ = reference.softmax(reference.logits(q[b], rows["k_hat"], sm))
+    log_a = np.log((pt_ * np.exp(c)).sum(-1))
+    return o, lse, log_a, c.max(-1)
+
+
+def run(pool, table, q, **kw):
+    indptr, indices, last, _ = table
+    return wc.decode_attention(q, pool, layer=0, kv_indptr=indptr, kv_indices=indices,
+                               kv_last_page_len=last, **kw)
+
+
+@pytest.mark.parametrize("G,d,tier", [(1, 64, "B"), (2, 128, "A"), (4, 128, "AB"), (7, 128, "B"),
+                                      (8, 256, "AB"), (4, 64, "A")])
+def test_decode_matches_float64_reference(G, d, tier):
+    rng = np.random.default_rng(G * d)
+    H = 2
+    cfg = wc.QuantConfig(d, witness_bands=8, outlier_pairs=np.array([[[1, d // 2 - 1]] * H]))
+    pool, table, _, _ = filled_pool(rng, lengths=[37, 300, 1, 129], H=H, d=d, cfg=cfg,
+                                    massive=[(1, 30.0), (d - 1, 30.0)])
+    q = rng.standard_normal((4, H * G, d)).astype(np.float32) * 2
+    cert = wc.CertConfig(tier=tier, num_layers=4, steps=16)
+    r = run(pool, table, q, cert=cert, num_splits=3)
+    for b in range(4):
+        o, lse, log_a, cmax = ref_request(pool, table, q, b, cert)
+        scale = np.abs(o).max(-1, keepdims=True) + 1e-30
+        assert np.all(np.abs(r.o[b] - o) / scale < 2e-5)
+        assert np.all(np.abs(r.lse[b] - lse) < 2e-5 * np.maximum(1, np.abs(lse)))
+        assert np.all(np.abs(r.log_a[b] - log_a) < 5e-6 * np.maximum(1, np.abs(lse)) + 1e-4 * log_a)
+        # c_t carries a tiny evaluation slack upward, never downward
+        assert np.all(r.cmax[b] >= cmax) and np.all(r.cmax[b] <= cmax * (1 + 2.0**-9))
+        risk = np.expm1(2 * r.log_a[b].astype(np.float64)) / 2
+        assert np.allclose(r.risk[b], risk)
+        assert np.allclose(r.tv_bound[b], np.minimum(1, np.minimum(risk, np.tanh(r.cmax[b] / 2))))
+
+
+def test_split_count_invariance():
+    rng = np.random.default_rng(0)
+    cfg = wc.QuantConfig(128, witness_bands=16)
+    pool, table, _, _ = filled_pool(rng, lengths=[1000, 17, 333], cfg=cfg)
+    q = rng.standard_normal((3, 8, 128)).astype(np.float32)
+    cert = wc.CertConfig(tier="AB")
+    base = run(pool, table, q, cert=cert, num_splits=1)
+    for ns in (2, 3, 8, 64, 200):
+        r = run(pool, table, q, cert=cert, num_splits=ns)
+        assert r.num_splits == ns
+        np.testing.assert_allclose(r.o, base.o, rtol=0, atol=3e-6 * np.abs(base.o).max())
+        np.testing.assert_allclose(r.lse, base.lse, rtol=2e-6)
+        np.testing.assert_allclose(r.log_a, base.log_a, atol=1e-5 * np.abs(base.lse).max())
+        assert np.array_equal(r.cmax, base.cmax)  # a max over identical per-token values
+
+
+def test_batch_order_invariance():
+    rng = np.random.default_rng(1)
+    pool, table, _, _ = filled_pool(rng, lengths=[50, 400, 3, 129, 77])
+    q = rng.standard_normal((5, 8, 128)).astype(np.float32)
+    r = run(pool, table, q, cert=wc.CertConfig(), num_splits=4)
+    indptr, indices, last, _ = table
+    perm = [3, 0, 4, 2, 1]
+    chunks = [indices[indptr[b]:indptr[b + 1]] for b in perm]
+    ip2 = np.concatenate([[0], np.cumsum([len(c) for c in chunks])]).astype(np.int32)
+    r2 = wc.decode_attention(q[perm], pool, layer=0, kv_indptr=ip2, kv_indices=np.concatenate(chunks),
+                             kv_last_page_len=last[perm], cert=wc.CertConfig(), num_splits=4)
+    for f in ("o", "lse", "log_a", "cmax"):
+        assert np.array_equal(getattr(r2, f), getattr(r, f)[perm])
+
+
+def test_page_size_invariance():
+    """The same tokens at the same slots give the same answer whatever the page size."""
+    rng = np.random.default_rng(2)
+    lengths = [700, 5, 257]
+    q = rng.standard_normal((3, 8, 128)).astype(np.float32)
+    outs = []
+    for ps in (1, 16, 128):
+        r2 = np.random.default_rng(9)
+        pool, table, _, _ = filled_pool(r2, lengths=lengths, page_size=ps,
+                                        cfg=wc.QuantConfig(128, witness_bands=16))
+        outs.append(run(pool, table, q, cert=wc.CertConfig(tier="AB"), num_splits=2))
+    for r in outs[1:]:
+        np.testing.assert_allclose(r.o, outs[0].o, atol=3e-6 * np.abs(outs[0].o).max())
+        np.testing.assert_allclose(r.lse, outs[0].lse, rtol=2e-6)
+        assert np.array_equal(r.cmax, outs[0].cmax)
+
+
+def test_empty_request_and_single_token():
+    rng = np.random.default_rng(3)
+    pool, table, k, v = filled_pool(rng, lengths=[0, 1])
+    q = rng.standard_normal((2, 8, 128)).astype(np.float32)
+    r = run(pool, table, q, cert=wc.CertConfig())
+    assert np.all(r.o[0] == 0) and np.all(np.isneginf(r.lse[0]))
+    assert np.all(r.log_a[0] == 0) and np.all(r.tv_bound[0] == 0)
+    # one token: softmax is 1, o is v̂ of that token, and A = e^{c} exactly
+    vhat = pool.dequantized(0, table[3][1], "v")[0]
+    assert np.allclose(r.o[1], np.repeat(vhat, 4, axis=0), atol=1e-6)
+    assert np.all(np.abs(r.log_a[1] - r.cmax[1]) <= 2e-6 * np.maximum(1, np.abs(r.lse[1])))
+
+
+def test_nonfinite_slot_makes_certificate_infinite_for_its_requests_only():
+    rng = np.random.default_rng(4)
+    pool, table, _, _ = filled_pool(rng, lengths=[64, 64])
+    bad = table[3][0][10]
+    k = rng.standard_normal((1, 2, 128)).astype(np.float32)
+    k[0, 1, 7] = np.nan
+    pool.write(0, [bad], k, k)
+    q = rng.standard_normal((2, 8, 128)).astype(np.float32)
+    for tier in ("B",):
+        r = run(pool, table, q, cert=wc.CertConfig(tier=tier))
+        assert np.all(np.isinf(r.risk[0, 4:])) and np.all(np.isinf(r.cmax[0, 4:]))  # kv head 1
+        assert np.all(np.isfinite(r.risk[0, :4]))  # kv head 0 of that slot was finite
+        assert np.all(np.isfinite(r.risk[1]))
+    pool2, table2, _, _ = filled_pool(np.random.default_rng(4), lengths=[64, 64],
+                                      cfg=wc.QuantConfig(128, witness_bands=16))
+    pool2.write(0, [bad], k, k)
+    for tier in ("A", "AB"):
+        r = run(pool2, table2, q, cert=wc.CertConfig(tier=tier))
+        assert np.all(np.isinf(r.risk[0, 4:])) and np.all(np.isfinite(r.risk[1]))
+
+
+def test_sm_scale_and_no_cert():
+    rng = np.random.default_rng(5)
+    pool, table, _, _ = filled_pool(rng, lengths=[90])
+    q = rng.standard_normal((1, 8, 128)).astype(np.float32)
+    r = run(pool, table, q, sm_scale=0.3)
+    assert r.log_a is None and r.risk is None and r.tv_bound is None and r.cmax is None
+    o, lse, _, _ = ref_request(pool, table, q, 0, None, sm=0.3)
+    assert np.allclose(r.o[0], o, atol=1e-5 * np.abs(o).max())
+    assert np.allclose(r.lse[0], lse, rtol=1e-5)
+    assert math.isclose(1 / math.sqrt(128), 0.08838834764831845)

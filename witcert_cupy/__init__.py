@@ -1,0 +1,20 @@
+"""witcert_cupy: a subtractively dithered INT8 KV cache with a runtime-certified decode.
+
+The public API is re-exported here; importing it loads no GPU library.  Arrays pick the backend:
+NumPy runs on the CPU (numba kernels), CuPy or any CUDA array (``__cuda_array_interface__``,
+DLPack) runs on the GPU (CUDA kernels through CuPy ``RawModule``).
+"""
+
+from . import reference
+from .config import CertConfig, QuantConfig
+from .decode import DecodeResult, decode_attention
+from .pool import KVPool
+from .stream import dither, philox4x32_10
+from .write import QuantizedKV, dequantize, quantize
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CertConfig", "DecodeResult", "KVPool", "QuantConfig", "QuantizedKV", "decode_attention",
+    "dequantize", "dither", "philox4x32_10", "quantize", "reference", "__version__",
+]

@@ -1,0 +1,251 @@
+"""numba split-KV decode with the fused certificate (SPEC §4–6).  Twin of ``cuda/decode.cu``.
+
+Stage 1 (:func:`decode_stage1`): one work unit per (request, kv head, split) serves all ``G`` query
+heads of the group, so ξ is generated once per KV element.  Per query head it keeps the online
+softmax ``(m, l, acc)``, the certificate accumulator ``λ = log Σ e^{ℓ̃+c}`` with its own running
+max, and ``cmax``.  Stage 2 (:func:`merge_splits`) combines splits exactly (SPEC §6).
+"""
+
+import numpy as np
+from numba import njit, prange
+
+from .. import _contract as C
+from .bits import dither_row, f16_bits_to_f32
+from .write import reconstruct_row
+
+_F32_MAX = np.float32(3.4028234663852886e38)
+_INF = np.float32(np.inf)
+_SLACK = np.float32(C.C_EVAL_SLACK)
+
+TIER_NONE = 0
+
+
+@njit(inline="always", cache=True)
+def _finite_or_inf(c):
+    # NaN (inf * 0 from a poisoned scale against a zero query block) means "no guarantee".
+    return c if c <= _F32_MAX else _INF
+
+
+@njit(parallel=True, cache=True)
+def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v,
+                  bypass_ch, band_ch, kv_indptr, kv_indices, kv_last_page_len, page_size,
+                  sm_scale, layer, k0, k1, bits, group_size, tier, log_budget, beta_steps,
+                  num_splits, o_part, lse_part, lam_part, cmax_part):
+    """Stage 1 over work units ``(b, kv_head, split)``.
+
+    q : float32 ``[B, Hq, d]``; ``codes_* int8 [Hkv, N, d]``; ``scales_*``, ``outl_*``, ``wit_k``:
+    fp16 bits ``uint16 [Hkv, N, *]``; ``bypass_ch int32 [Hkv, 2 n_pairs]``; ``band_ch int32 [B_w, *]``.
+    ``log_budget`` = ``log(2 / δ_loc)`` (float32, rounded up); the kernel adds ``log S``.
+    Outputs ``o_part [B, Hq, ns, d]``, ``lse_part``, ``lam_part``, ``cmax_part [B, Hq, ns]``.
+    Empty splits write ``lse = λ = -inf``; a split that meets a page index outside the pool, a
+    last-page length outside ``[1, page_size]`` or a non-finite logit writes NaN output and an
+    infinite certificate, and reads nothing out of bounds.
+    """
+    B, Hq, d = q.shape
+    Hkv, N = codes_k.shape[0], codes_k.shape[1]
+    G = Hq // Hkv
+    ng = d // group_size
+    nbands = band_ch.shape[0]
+    num_pages = N // page_size
+    for unit in prange(B * Hkv * num_splits):
+        b = unit // (Hkv * num_splits)
+        h = (unit // num_splits) % Hkv
+        s = unit % num_splits
+        p_begin = kv_indptr[b]
+        npages = kv_indptr[b + 1] - p_begin
+        last = kv_last_page_len[b]
+        pps = (npages + num_splits - 1) // num_splits
+        pa = min(s * pps, npages)
+        pb = min(pa + pps, npages)
+
+        S = 0 if npages == 0 else (npages - 1) * page_size + last
+        poisoned = npages > 0 and (last < 1 or last > page_size)
+
+        # per query head: scaled query, Tier-A band norms, Tier-B group coefficients
+        qg = np.empty((G, d), np.float32)
+        a_band = np.zeros((G, max(nbands, 1)), np.float32)
+        b_q2 = np.zeros((G, ng), np.float32)
+        b_q1 = np.zeros((G, ng), np.float32)
+        byp = np.zeros(d, np.bool_)
+        for j in range(bypass_ch.shape[1]):
+            byp[bypass_ch[h, j]] = True
+        log_term = log_budget + np.log(np.float32(max(S, 1)))
+        for g in range(G):
+            hq = h * G + g
+            for c in range(d):
+                qg[g, c] = q[b, hq, c]
+            if tier & 1:
+                for bb in range(nbands):
+                    acc = np.float32(0.0)
+                    for jj in range(band_ch.shape[1]):
+                        v = qg[g, band_ch[bb, jj]]
+                        acc += v * v
+                    a_band[g, bb] = sm_scale * np.sqrt(acc)
+            if tier & 2:
+                for gr in range(ng):
+                    q2 = np.float32(0.0)
+                    q1 = np.float32(0.0)
+                    for c in range(gr * group_size, (gr + 1) * group_size):
+                        if not byp[c]:
+                            q2 += qg[g, c] * qg[g, c]
+                            q1 += abs(qg[g, c])
+                    # u_t = sqrt(2 ς² log(2S/δ_loc)), ς² = sm²/12 Σ s² Q2  ->  u = sqrt(Σ s² b_q2)
+                    b_q2[g, gr] = np.float32(2.0) * (sm_scale * sm_scale / np.float32(12.0)) * q2 * log_term
+                    b_q1[g, gr] = sm_scale * q1 * beta_steps
+
+        m = np.full(G, -_INF, np.float32)
+        lsum = np.zeros(G, np.float32)
+        acc_o = np.zeros((G, d), np.float32)
+        m2 = np.full(G, -_INF, np.float32)
+        l2 = np.zeros(G, np.float32)
+        lam_inf = np.zeros(G, np.bool_)
+        cmax = np.zeros(G, np.float32)
+        xi = np.empty(d, np.float32)
+        kh = np.empty(d, np.float32)
+        vh = np.empty(d, np.float32)
+
+        for pi in range(pa, pb):
+            if poisoned:
+                break
+            page = kv_indices[p_begin + pi]
+            if page < 0 or page >= num_pages:
+                poisoned = True
+                break
+            ntok = last if pi == npages - 1 else page_size
+            for off in range(ntok):
+                slot = page * page_size + off
+                dither_row(xi, slot, 0, layer, h, 0, k0, k1, bits)
+                reconstruct_row(kh, codes_k[h, slot], scales_k[h, slot], outl_k[h, slot], xi,
+                                bypass_ch[h], group_size)
+                dither_row(xi, slot, 1, layer, h, 0, k0, k1, bits)
+                reconstruct_row(vh, codes_v[h, slot], scales_v[h, slot], outl_v[h, slot], xi,
+                                bypass_ch[h], group_size)
+                for g in range(G):
+                    dot = np.float32(0.0)
+                    for c in range(d):
+                        dot += qg[g, c] * kh[c]
+                    lt = sm_scale * dot
+                    if not (lt <= _F32_MAX and lt >= -_F32_MAX):
+                        poisoned = True
+                    # online softmax for lse and o
+                    mn = max(m[g], lt)
+                    sc = np.exp(m[g] - mn)
+                    p = np.exp(lt - mn)
+                    lsum[g] = lsum[g] * sc + p
+                    for c in range(d):
+                        acc_o[g, c] = acc_o[g, c] * sc + p * vh[c]
+                    m[g] = mn
+                    if tier != TIER_NONE:
+                        ct = _INF
+                        if tier & 1:
+                            ca = np.float32(0.0)
+                            for bb in range(nbands):
+                                ca += a_band[g, bb] * f16_bits_to_f32(wit_k[h, slot, bb])
+                            ct = _finite_or_inf(ca * _SLACK)
+                        if tier & 2:
+                            u2 = np.float32(0.0)
+                            beta = np.float32(0.0)
+                            for gr in range(ng):
+                                sg = f16_bits_to_f32(scales_k[h, slot, gr])
+                                u2 += sg * sg * b_q2[g, gr]
+                                beta += sg * b_q1[g, gr]
+                            cb = _finite_or_inf((np.sqrt(u2) + beta) * _SLACK)
+                            ct = min(ct, cb)
+                        cmax[g] = max(cmax[g], ct)
+                        if ct == _INF:
+                            lam_inf[g] = True
+                        else:
+                            x = lt + ct
+                            mn2 = max(m2[g], x)
+                            l2[g] = l2[g] * np.exp(m2[g] - mn2) + np.exp(x - mn2)
+                            m2[g] = mn2
+            if poisoned:
+                break
+
+        for g in range(G):
+            hq = h * G + g
+            if poisoned:
+                for c in range(d):
+                    o_part[b, hq, s, c] = np.nan
+                lse_part[b, hq, s] = np.nan
+                lam_part[b, hq, s] = _INF
+                cmax_part[b, hq, s] = _INF
+            elif lsum[g] == np.float32(0.0):
+                for c in range(d):
+                    o_part[b, hq, s, c] = np.float32(0.0)
+                lse_part[b, hq, s] = -_INF
+                lam_part[b, hq, s] = -_INF
+                cmax_part[b, hq, s] = np.float32(0.0)
+            else:
+                inv = np.float32(1.0) / lsum[g]
+                for c in range(d):
+                    o_part[b, hq, s, c] = acc_o[g, c] * inv
+                lse_part[b, hq, s] = m[g] + np.log(lsum[g])
+                if lam_inf[g]:
+                    lam_part[b, hq, s] = _INF
+                elif l2[g] > np.float32(0.0):
+                    lam_part[b, hq, s] = m2[g] + np.log(l2[g])
+                else:
+                    lam_part[b, hq, s] = -_INF
+                cmax_part[b, hq, s] = cmax[g]
+
+
+@njit(parallel=True, cache=True)
+def merge_splits(o_part, lse_part, lam_part, cmax_part, o, lse, log_a, cmax):
+    """Stage 2 (SPEC §6): ``lse = LSE_s lse_s``, ``o = Σ e^{lse_s - lse} o_s``,
+    ``log A = LSE_s λ_s - lse``, ``cmax = max_s``.  Empty splits (``-inf``) weigh 0."""
+    B, Hq, ns, d = o_part.shape
+    for it in prange(B * Hq):
+        b = it // Hq
+        hq = it % Hq
+        mx = -_INF
+        lmx = -_INF
+        bad = False
+        cm = np.float32(0.0)
+        for s in range(ns):
+            v = lse_part[b, hq, s]
+            if v != v:
+                bad = True
+            elif v > mx:
+                mx = v
+            lv = lam_part[b, hq, s]
+            if lv > lmx:
+                lmx = lv
+            cm = max(cm, cmax_part[b, hq, s])
+        cmax[b, hq] = cm
+        if bad:
+            for c in range(d):
+                o[b, hq, c] = np.nan
+            lse[b, hq] = np.nan
+            log_a[b, hq] = _INF
+            continue
+        if mx == -_INF:  # no tokens at all
+            for c in range(d):
+                o[b, hq, c] = np.float32(0.0)
+            lse[b, hq] = -_INF
+            log_a[b, hq] = np.float32(0.0)
+            continue
+        tot = np.float32(0.0)
+        for s in range(ns):
+            if lse_part[b, hq, s] != -_INF:
+                tot += np.exp(lse_part[b, hq, s] - mx)
+        L = mx + np.log(tot)
+        lse[b, hq] = L
+        for c in range(d):
+            acc = np.float32(0.0)
+            for s in range(ns):
+                if lse_part[b, hq, s] != -_INF:
+                    acc += np.exp(lse_part[b, hq, s] - L) * o_part[b, hq, s, c]
+            o[b, hq, c] = acc
+        if lmx == _INF:
+            log_a[b, hq] = _INF
+        elif lmx == -_INF:
+            log_a[b, hq] = np.float32(0.0)
+        else:
+            t2 = np.float32(0.0)
+            for s in range(ns):
+                if lam_part[b, hq, s] != -_INF:
+                    t2 += np.exp(lam_part[b, hq, s] - lmx)
+            la = lmx + np.log(t2) - L
+            # A >= 1 exactly (c >= 0); a negative value is fp32 rounding
+            log_a[b, hq] = max(la, np.float32(0.0))

@@ -1,0 +1,142 @@
+"""numba write path and reconstruction (SPEC §3).  Twin of ``cuda/write.cu``.
+
+Storage layout (the pool's, per layer and side): ``codes int8 [H, R, d]``, ``scales/outliers/witness``
+as fp16 bit patterns ``uint16 [H, R, n]``; row ``R`` is the pool slot (or a scratch row for
+:func:`witcert_cupy.quantize`).  fp16 values travel as ``uint16`` bit patterns because the numba CPU
+target has no fp16 arithmetic; the conversions in :mod:`.bits` are exact IEEE.
+"""
+
+import numpy as np
+from numba import njit, prange
+
+from .. import _contract as C
+from .bits import dither_row, f16_bits_to_f32, f32_to_f16_bits_ru, next_up, philox4x32
+
+_DIV = np.float32(C.SCALE_DIVISOR)
+_MARGIN = np.float32(C.WITNESS_MARGIN)
+_INF16 = np.uint16(C.FP16_POS_INF_BITS)
+_F32_MAX = np.float32(3.4028234663852886e38)
+
+
+@njit(inline="always", cache=True)
+def is_finite32(v):
+    return v <= _F32_MAX and v >= -_F32_MAX
+
+
+@njit(inline="always", cache=True)
+def reconstruct_row(out, codes_row, scales_row, outl_row, xi, bypass_row, group_size):
+    """x̂ = float32(s16) * (float32(k) - ξ) per channel; bypassed channels take their stored fp16."""
+    d = out.shape[0]
+    for c in range(d):
+        sb = f16_bits_to_f32(scales_row[c // group_size])
+        out[c] = sb * (np.float32(codes_row[c]) - xi[c])
+    for j in range(bypass_row.shape[0]):
+        out[bypass_row[j]] = f16_bits_to_f32(outl_row[j])
+
+
+@njit(parallel=True, cache=True)
+def write_rows(x_bits, dest_rows, slots, epochs, side, layer, k0, k1, bits, group_size,
+               bypass_ch, band_ch, codes, scales, outliers, witness, poisoned):
+    """Quantize ``x_bits`` (fp16 bits ``uint16 [n, H, d]``) into row ``dest_rows[i]`` of the outputs.
+
+    ``poisoned[i]`` is set to 1 when token ``i`` had a non-finite value in any head (SPEC §3.6).
+    """
+    n, H, d = x_bits.shape
+    ng = d // group_size
+    nbands = band_ch.shape[0]
+    npb = bypass_ch.shape[1]
+    for it in prange(n * H):
+        i = it // H
+        h = it % H
+        row = dest_rows[i]
+        x = np.empty(d, np.float32)
+        xi = np.empty(d, np.float32)
+        xhat = np.empty(d, np.float32)
+        byp = np.zeros(d, np.bool_)
+        for j in range(npb):
+            byp[bypass_ch[h, j]] = True
+        for c in range(d):
+            x[c] = f16_bits_to_f32(x_bits[i, h, c])
+        dither_row(xi, slots[i], side, layer, h, epochs[i], k0, k1, bits)
+        row_bad = False
+        for g in range(ng):
+            amax = np.float32(0.0)
+            bad = False
+            for c in range(g * group_size, (g + 1) * group_size):
+                v = x[c]
+                if not is_finite32(v):
+                    bad = True
+                elif not byp[c]:
+                    a = abs(v)
+                    if a > amax:
+                        amax = a
+            if bad:
+                s16 = _INF16
+                row_bad = True
+            elif amax == np.float32(0.0):
+                s16 = np.uint16(0)
+            else:
+                s16 = np.uint16(f32_to_f16_bits_ru(amax / _DIV))
+            scales[h, row, g] = s16
+            sb = f16_bits_to_f32(s16)
+            live = sb > np.float32(0.0) and sb <= _F32_MAX
+            for c in range(g * group_size, (g + 1) * group_size):
+                k = np.float32(0.0)
+                if live and not byp[c]:
+                    k = np.rint(x[c] / sb + xi[c])
+                codes[h, row, c] = np.int8(k)
+                xhat[c] = sb * (k - xi[c])
+        for j in range(npb):
+            outliers[h, row, j] = x_bits[i, h, bypass_ch[h, j]]
+        # Witness: ||x̂_b - x_b||_2 with every fp32 step rounded up (next_up after round-to-nearest),
+        # so the stored value bounds the exact norm for any band width (docs/certificate.md §3).
+        for b in range(nbands):
+            if row_bad:
+                witness[h, row, b] = _INF16
+                continue
+            acc = np.float32(0.0)
+            for jj in range(band_ch.shape[1]):
+                c = band_ch[b, jj]
+                if byp[c]:
+                    continue
+                e = next_up(abs(xhat[c] - x[c]))
+                acc = next_up(acc + next_up(e * e))
+            w = next_up(np.sqrt(acc)) * _MARGIN
+            witness[h, row, b] = np.uint16(f32_to_f16_bits_ru(w))
+        if row_bad:
+            poisoned[i] = 1
+
+
+@njit(parallel=True, cache=True)
+def dequant_rows(codes, scales, outliers, src_rows, slots, epochs, side, layer, k0, k1, bits,
+                 group_size, bypass_ch, out):
+    """Reconstruct rows ``src_rows`` into ``out float32 [n, H, d]`` (SPEC §3.4)."""
+    n = src_rows.shape[0]
+    H = codes.shape[0]
+    d = codes.shape[2]
+    for it in prange(n * H):
+        i = it // H
+        h = it % H
+        row = src_rows[i]
+        xi = np.empty(d, np.float32)
+        dither_row(xi, slots[i], side, layer, h, epochs[i], k0, k1, bits)
+        reconstruct_row(out[i, h], codes[h, row], scales[h, row], outliers[h, row], xi,
+                        bypass_ch[h], group_size)
+
+
+@njit(parallel=True, cache=True)
+def dither_rows(slots, epochs, side, layer, kv_head, k0, k1, bits, out):
+    """ξ of ``slots`` into ``out float32 [n, d]`` (SPEC §2)."""
+    for i in prange(slots.shape[0]):
+        dither_row(out[i], slots[i], side, layer, kv_head, epochs[i], k0, k1, bits)
+
+
+@njit(parallel=True, cache=True)
+def philox_many(ctr, key, rounds, out):
+    """Philox of ``ctr uint32 [n, 4]`` under ``key uint32 [n, 2]`` into ``out uint32 [n, 4]``."""
+    for i in prange(ctr.shape[0]):
+        w0, w1, w2, w3 = philox4x32(ctr[i, 0], ctr[i, 1], ctr[i, 2], ctr[i, 3], key[i, 0], key[i, 1], rounds)
+        out[i, 0] = np.uint32(w0)
+        out[i, 1] = np.uint32(w1)
+        out[i, 2] = np.uint32(w2)
+        out[i, 3] = np.uint32(w3)

@@ -1,0 +1,202 @@
+"""decode_attention: paged split-KV decode over a :class:`KVPool` with the fused certificate
+(SPEC §4–6)."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import certificate as cert_mod
+from .arrays import backend_of, check_float, check_int, check_range, to_cupy, to_numpy
+from .config import CertConfig, _int_arg
+from .pool import KVPool
+from .write import check_layer_side
+
+
+@dataclass
+class DecodeResult:
+    """Output of one decode step.
+
+    Attributes
+    ----------
+    o : float32 ``[B, Hq, d]``
+    lse : float32 ``[B, Hq]``, natural log of the softmax denominator of ``ℓ̃``
+    log_a : float32 ``[B, Hq]`` or None, ``log A`` with ``A = Σ p̃_t e^{c_t}``
+    risk : float64 ``[B, Hq]`` or None, ``R = (A² − 1)/2``
+    tv_bound : float64 ``[B, Hq]`` or None, ``min(1, R, tanh(cmax/2))``
+    cmax : float32 ``[B, Hq]`` or None, ``max_t c_t``
+
+    Certificate fields are None when ``cert`` was None.  Arrays live on the device of ``q``.
+    """
+
+    o: object
+    lse: object
+    log_a: object = None
+    risk: object = None
+    tv_bound: object = None
+    cmax: object = None
+    num_splits: int = 1
+
+
+@dataclass(frozen=True)
+class PageTable:
+    """A validated CSR page table on the host (FlashInfer/SGLang convention)."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    last_page_len: np.ndarray
+
+    @property
+    def batch(self):
+        return self.last_page_len.shape[0]
+
+    def num_pages_of(self, b):
+        return int(self.indptr[b + 1] - self.indptr[b])
+
+    def seq_len(self, b, page_size):
+        n = self.num_pages_of(b)
+        return 0 if n == 0 else (n - 1) * page_size + int(self.last_page_len[b])
+
+    def slots(self, b, page_size):
+        """int64 slot ids of request ``b`` in sequence order."""
+        pages = self.indices[self.indptr[b]:self.indptr[b + 1]].astype(np.int64)
+        if pages.size == 0:
+            return np.zeros(0, np.int64)
+        s = (pages[:, None] * page_size + np.arange(page_size)[None, :]).reshape(-1)
+        return s[: self.seq_len(b, page_size)]
+
+
+def check_page_table(kv_indptr, kv_indices, kv_last_page_len, *, batch, num_pages, page_size):
+    """Validate host CSR page-table arrays; raises TypeError/ValueError/IndexError naming the argument."""
+    ip = to_numpy("kv_indptr", kv_indptr)
+    ix = to_numpy("kv_indices", kv_indices)
+    ll = to_numpy("kv_last_page_len", kv_last_page_len)
+    check_int("kv_indptr", ip)
+    check_int("kv_indices", ix)
+    check_int("kv_last_page_len", ll)
+    if ip.shape[0] != batch + 1:
+        raise ValueError(f"kv_indptr must have shape [{batch + 1}] (batch + 1), got {list(ip.shape)}")
+    if ll.shape[0] != batch:
+        raise ValueError(f"kv_last_page_len must have shape [{batch}], got {list(ll.shape)}")
+    if ip[0] != 0 or np.any(np.diff(ip.astype(np.int64)) < 0):
+        raise ValueError("kv_indptr must start at 0 and be non-decreasing")
+    if int(ip[-1]) != ix.shape[0]:
+        raise ValueError(f"kv_indptr[-1] ({int(ip[-1])}) must equal len(kv_indices) ({ix.shape[0]})")
+    check_range("kv_indices", ix, 0, num_pages)
+    npg = np.diff(ip.astype(np.int64))
+    bad = (npg > 0) & ((ll < 1) | (ll > page_size))
+    if np.any(bad):
+        raise ValueError(f"kv_last_page_len must lie in [1, {page_size}] for requests with pages, "
+                         f"got {ll[bad][:4].tolist()}")
+    return PageTable(ip.astype(np.int32), ix.astype(np.int32), ll.astype(np.int32))
+
+
+def default_num_splits_cpu(batch, num_kv_heads, max_pages):
+    """Enough work units to keep every numba thread busy, never more splits than pages."""
+    try:
+        import numba
+
+        threads = numba.get_num_threads()
+    except Exception:  # noqa: BLE001
+        threads = os.cpu_count() or 1
+    want = math.ceil(2 * threads / max(1, batch * num_kv_heads))
+    return int(max(1, min(want, max(1, max_pages))))
+
+
+def _check_common(q, pool, layer, sm_scale, cert, num_splits):
+    if not isinstance(pool, KVPool):
+        raise TypeError(f"pool must be a KVPool, got {type(pool).__name__}")
+    layer, _ = check_layer_side(layer, "k", pool.num_layers)
+    if cert is not None and not isinstance(cert, CertConfig):
+        raise TypeError(f"cert must be a CertConfig or None, got {type(cert).__name__}")
+    if cert is not None and cert.uses_witness and pool.config.witness_bands == 0:
+        raise ValueError(f"cert.tier={cert.tier!r} needs a witness: build the pool with "
+                         "QuantConfig(witness_bands > 0)")
+    check_float("q", q, (None, None, pool.head_dim))
+    B, Hq, _ = q.shape
+    if Hq % pool.num_kv_heads:
+        raise ValueError(f"q has {Hq} heads, not a multiple of the pool's {pool.num_kv_heads} kv heads")
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(pool.head_dim)
+    elif isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float, np.floating)) \
+            or not math.isfinite(sm_scale) or sm_scale <= 0:
+        raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale!r}")
+    if num_splits is not None:
+        num_splits = _int_arg("num_splits", num_splits, lo=1, hi=4096)
+    return layer, float(sm_scale), num_splits
+
+
+def decode_attention(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale=None,
+                     cert=None, num_splits=None):
+    """One decode step of paged attention over a quantized pool, with the SPEC certificate.
+
+    Parameters
+    ----------
+    q : float array ``[B, Hq, d]``; ``Hq`` a multiple of the pool's ``Hkv`` (GQA group ``G``)
+    pool : KVPool
+    layer : int
+    kv_indptr : int array ``[B + 1]``; request ``b`` owns ``kv_indices[kv_indptr[b]:kv_indptr[b+1]]``
+    kv_indices : int array ``[nnz_pages]``, page ids
+    kv_last_page_len : int array ``[B]``, tokens on each request's last page (``1..page_size``)
+    sm_scale : float, default ``1/sqrt(d)``
+    cert : CertConfig or None
+    num_splits : int or None
+        KV splits per (request, kv head); None picks one from the hardware.  Results do not depend
+        on it beyond fp32 rounding.
+
+    Returns
+    -------
+    DecodeResult
+        On the CPU, page indices outside the pool raise IndexError before anything runs; on the
+        GPU (no host synchronisation) such a row yields NaN output and an infinite certificate.
+    """
+    be = backend_of(q=q, kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len)
+    if isinstance(pool, KVPool) and be != pool.backend:
+        raise TypeError(f"q and the page table must live on the pool's device ({pool.backend})")
+    if be == "cuda":
+        qd = to_cupy(q)
+        layer, sm_scale, num_splits = _check_common(qd, pool, layer, sm_scale, cert, num_splits)
+        return pool._dev.decode(qd, layer, to_cupy(kv_indptr), to_cupy(kv_indices),
+                                to_cupy(kv_last_page_len), sm_scale, cert, num_splits)
+    qh = to_numpy("q", q)
+    layer, sm_scale, num_splits = _check_common(qh, pool, layer, sm_scale, cert, num_splits)
+    B, Hq, d = qh.shape
+    pt = check_page_table(kv_indptr, kv_indices, kv_last_page_len, batch=B,
+                          num_pages=pool.num_pages, page_size=pool.page_size)
+    max_pages = int(np.max(np.diff(pt.indptr))) if B else 0
+    ns = num_splits or default_num_splits_cpu(B, pool.num_kv_heads, max_pages)
+    return _decode_cpu(qh.astype(np.float32), pool, layer, pt, sm_scale, cert, ns)
+
+
+def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns):
+    from ._cpu.decode import decode_stage1, merge_splits
+
+    B, Hq, d = q32.shape
+    cfg = pool.config
+    k0, k1 = cfg.seed_words
+    tier = cert_mod.tier_code(cert)
+    logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
+    o_part = np.empty((B, Hq, ns, d), np.float32)
+    lse_part = np.empty((B, Hq, ns), np.float32)
+    lam_part = np.empty((B, Hq, ns), np.float32)
+    cmax_part = np.empty((B, Hq, ns), np.float32)
+    u16 = lambda a: a.view(np.uint16)  # noqa: E731
+    decode_stage1(np.ascontiguousarray(q32), pool.codes[layer, 0], u16(pool.scales[layer, 0]),
+                  u16(pool.outliers[layer, 0]), u16(pool.witness[layer, 0]), pool.codes[layer, 1],
+                  u16(pool.scales[layer, 1]), u16(pool.outliers[layer, 1]), pool.bypass_ch[layer],
+                  pool.band_ch if pool.band_ch.size else np.zeros((0, 1), np.int32),
+                  pt.indptr, pt.indices, pt.last_page_len, pool.page_size, np.float32(sm_scale), layer,
+                  k0, k1, cfg.dither_bits, cfg.group_size, tier, logb,
+                  cert_mod.beta_steps(cfg.dither_bits), ns, o_part, lse_part, lam_part, cmax_part)
+    o = np.empty((B, Hq, d), np.float32)
+    lse = np.empty((B, Hq), np.float32)
+    log_a = np.empty((B, Hq), np.float32)
+    cmax = np.empty((B, Hq), np.float32)
+    merge_splits(o_part, lse_part, lam_part, cmax_part, o, lse, log_a, cmax)
+    if cert is None:
+        return DecodeResult(o, lse, num_splits=ns)
+    risk = cert_mod.risk_from_log_a(log_a)
+    return DecodeResult(o, lse, log_a, risk, cert_mod.tv_bound(risk, cmax), cmax, num_splits=ns)

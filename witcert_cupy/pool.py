@@ -1,0 +1,203 @@
+"""KVPool: paged quantized K/V storage, its exact byte account, and the host backing store."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _contract as C
+from .arrays import backend_of, check_float, check_int, check_range, to_cupy, to_numpy
+from .config import QuantConfig, _int_arg
+from .write import check_layer_side, to_fp16_bits
+
+
+def cuda_available() -> bool:
+    try:
+        import cupy as cp
+
+        return cp.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - no cupy, no driver or no device all mean "no GPU"
+        return False
+
+
+class KVPool:
+    """A paged INT8 KV cache with per-group fp16 scales, exact outlier pairs and optional witness.
+
+    Storage (per layer ``l``, side ``s`` in {0: K, 1: V}, kv head ``h``, slot ``t``), all on the
+    backend's device:
+
+    - ``codes``    int8    ``[L, 2, Hkv, num_slots, d]``
+    - ``scales``   float16 ``[L, 2, Hkv, num_slots, d / group_size]``
+    - ``outliers`` float16 ``[L, 2, Hkv, num_slots, 2 * n_pairs]``
+    - ``witness``  float16 ``[L, 2, Hkv, num_slots, witness_bands]``
+    - ``exact``    float16 ``[L, 2, Hkv, num_slots, d]`` in host memory, when ``keep_exact``
+
+    ``num_slots = num_pages * page_size``; slot ``page * page_size + offset`` keys the dither stream.
+
+    Parameters
+    ----------
+    num_layers, num_kv_heads, head_dim, num_pages, page_size : int
+        ``head_dim`` must equal ``config.head_dim``; ``page_size`` is a power of two <= 128.
+    config : QuantConfig
+    backend : {'auto', 'cpu', 'cuda'}
+        ``'auto'`` picks ``'cuda'`` when CuPy sees a GPU.
+    keep_exact : bool
+        Keep the fp16 rows in a host backing store (the gate pages them back in).
+    """
+
+    def __init__(self, num_layers, num_kv_heads, head_dim, num_pages, page_size, config, *,
+                 backend="auto", keep_exact=False):
+        if not isinstance(config, QuantConfig):
+            raise TypeError(f"config must be a QuantConfig, got {type(config).__name__}")
+        self.num_layers = _int_arg("num_layers", num_layers, lo=1, hi=C.MAX_LAYER)
+        self.num_kv_heads = _int_arg("num_kv_heads", num_kv_heads, lo=1, hi=C.MAX_KV_HEAD)
+        self.head_dim = _int_arg("head_dim", head_dim, lo=2)
+        if self.head_dim != config.head_dim:
+            raise ValueError(f"head_dim ({self.head_dim}) must equal config.head_dim ({config.head_dim})")
+        self.page_size = _int_arg("page_size", page_size, lo=1, hi=128)
+        if self.page_size & (self.page_size - 1):
+            raise ValueError(f"page_size must be a power of two, got {self.page_size}")
+        self.num_pages = _int_arg("num_pages", num_pages, lo=1)
+        if self.num_pages * self.page_size > C.MAX_SLOTS:
+            raise ValueError(f"num_pages * page_size must be <= 2**32 (slot ids are 32-bit), got "
+                             f"{self.num_pages * self.page_size}")
+        if backend not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"backend must be 'auto', 'cpu' or 'cuda', got {backend!r}")
+        if backend == "auto":
+            backend = "cuda" if cuda_available() else "cpu"
+        if backend == "cuda" and not cuda_available():
+            raise ValueError("backend='cuda' needs CuPy and a CUDA device")
+        self.backend = backend
+        self.config = config
+        self.keep_exact = bool(keep_exact)
+        # validates outlier_pairs against (L, Hkv) now rather than at the first write
+        self.bypass_ch = config.bypass_channels(self.num_layers, self.num_kv_heads)
+        self.band_ch = config.band_channels()
+
+        xp = self.xp
+        L, H, N, d = self.num_layers, self.num_kv_heads, self.num_slots, self.head_dim
+        self.codes = xp.zeros((L, 2, H, N, d), xp.int8)
+        self.scales = xp.zeros((L, 2, H, N, config.num_groups), xp.float16)
+        self.outliers = xp.zeros((L, 2, H, N, 2 * config.n_pairs), xp.float16)
+        self.witness = xp.zeros((L, 2, H, N, config.witness_bands), xp.float16)
+        self.exact = np.zeros((L, 2, H, N, d), np.float16) if self.keep_exact else None
+        # (token, layer) writes that held a NaN/inf: readable without a per-step host sync
+        self.nonfinite_writes = xp.zeros(1, xp.int64)
+        if backend == "cuda":
+            from . import _cuda
+
+            self._dev = _cuda.PoolDevice(self)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def xp(self):
+        if self.backend == "cuda":
+            import cupy
+
+            return cupy
+        return np
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_pages * self.page_size
+
+    def bytes_per_token(self) -> int:
+        """Quantized bytes per token over all layers, KV heads and both sides (SPEC §3)."""
+        return self.num_layers * self.num_kv_heads * 2 * self.config.bytes_per_token_side()
+
+    def fp16_bytes_per_token(self) -> int:
+        """What an fp16 KV cache of the same shape stores per token."""
+        return self.num_layers * self.num_kv_heads * 2 * 2 * self.head_dim
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated for quantized storage (equals ``bytes_per_token() * num_slots``)."""
+        return int(self.codes.nbytes + self.scales.nbytes + self.outliers.nbytes + self.witness.nbytes)
+
+    # ------------------------------------------------------------------ write
+    def _check_rows(self, name, x, n=None):
+        check_float(name, x, (n, self.num_kv_heads, self.head_dim))
+
+    def write(self, layer, slots, k, v):
+        """Quantize and store K and V rows of one layer at ``slots``.
+
+        Parameters
+        ----------
+        layer : int
+        slots : int array ``[n]``, distinct, each in ``[0, num_slots)``
+        k, v : float arrays ``[n, Hkv, d]`` (rounded to fp16 on entry), on the pool's device
+
+        Nothing is written if any argument is invalid.
+        """
+        layer, _ = check_layer_side(layer, "k", self.num_layers)
+        be = backend_of(slots=slots, k=k, v=v)
+        if be != self.backend:
+            raise TypeError(f"slots, k and v must be {'CUDA' if self.backend == 'cuda' else 'NumPy'} "
+                            f"arrays for this {self.backend} pool")
+        if be == "cuda":
+            self._dev.write(layer, to_cupy(slots), to_cupy(k), to_cupy(v))
+            return
+        s = to_numpy("slots", slots)
+        kh, vh = to_numpy("k", k), to_numpy("v", v)
+        check_int("slots", s)
+        self._check_rows("k", kh)
+        n = kh.shape[0]
+        self._check_rows("v", vh, n)
+        if s.shape[0] != n:
+            raise ValueError(f"slots must have shape [{n}] (one per row of k), got {list(s.shape)}")
+        check_range("slots", s, 0, self.num_slots)
+        if np.unique(s).size != n:
+            raise ValueError("slots must be distinct within one write")
+        from ._cpu.write import write_rows
+
+        cfg = self.config
+        k0, k1 = cfg.seed_words
+        s64 = s.astype(np.int64)
+        zeros = np.zeros(n, np.int64)
+        poisoned = np.zeros(n, np.uint8)
+        for side, x in ((0, kh), (1, vh)):
+            bits16 = to_fp16_bits("k" if side == 0 else "v", x)
+            write_rows(bits16, s64, s64, zeros, side, layer, k0, k1, cfg.dither_bits, cfg.group_size,
+                       self.bypass_ch[layer], self.band_ch, self.codes[layer, side],
+                       self.scales[layer, side].view(np.uint16),
+                       self.outliers[layer, side].view(np.uint16),
+                       self.witness[layer, side].view(np.uint16), poisoned)
+            if self.keep_exact:
+                self.exact[layer, side][:, s64, :] = bits16.view(np.float16).transpose(1, 0, 2)
+        self.nonfinite_writes[0] += int(poisoned.sum())
+
+    # ------------------------------------------------------------------ read helpers
+    def dequantized(self, layer, slots, side):
+        """Reconstructed rows ``x̂`` (float32 ``[n, Hkv, d]``) at ``slots`` — what decode reads."""
+        layer, side_id = check_layer_side(layer, side, self.num_layers)
+        if self.backend == "cuda":
+            return self._dev.dequantized(layer, to_cupy(slots), side_id)
+        s = to_numpy("slots", slots)
+        check_int("slots", s)
+        check_range("slots", s, 0, self.num_slots)
+        from ._cpu.write import dequant_rows
+
+        cfg = self.config
+        k0, k1 = cfg.seed_words
+        out = np.empty((s.shape[0], self.num_kv_heads, self.head_dim), np.float32)
+        s64 = s.astype(np.int64)
+        dequant_rows(self.codes[layer, side_id], self.scales[layer, side_id].view(np.uint16),
+                     self.outliers[layer, side_id].view(np.uint16), s64, s64,
+                     np.zeros(s.shape[0], np.int64), side_id, layer, k0, k1, cfg.dither_bits,
+                     cfg.group_size, self.bypass_ch[layer], out)
+        return out
+
+    def exact_rows(self, layer, slots, side):
+        """The fp16 rows as written (``[n, Hkv, d]``, host), from the backing store."""
+        if not self.keep_exact:
+            raise ValueError("this pool was built with keep_exact=False: it has no backing store")
+        layer, side_id = check_layer_side(layer, side, self.num_layers)
+        s = np.asarray(to_numpy("slots", slots) if backend_of(slots=slots) == "cpu"
+                       else to_cupy(slots).get())
+        check_int("slots", s)
+        check_range("slots", s, 0, self.num_slots)
+        return np.ascontiguousarray(self.exact[layer, side_id][:, s, :].transpose(1, 0, 2))
+
+    def __repr__(self):
+        return (f"KVPool(L={self.num_layers}, Hkv={self.num_kv_heads}, d={self.head_dim}, "
+                f"pages={self.num_pages}x{self.page_size}, backend={self.backend!r}, "
+                f"{self.bytes_per_token()} B/token vs fp16 {self.fp16_bytes_per_token()})")

@@ -1,0 +1,135 @@
+"""float64 truth for tests and reports: exact attention, the true TV distance, and the SPEC §4
+per-token bounds evaluated in float64 from the stored scales and witness.
+
+Nothing here is on a hot path; every function takes host (NumPy) arrays.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import _contract as C
+from .config import QuantConfig
+
+
+def _gqa(q, k):
+    q = np.asarray(q, np.float64)
+    k = np.asarray(k, np.float64)
+    if q.ndim == 1:
+        q = q[None, :]
+    if k.ndim == 2:
+        k = k[:, None, :]
+    Hq, Hkv = q.shape[0], k.shape[1]
+    if Hq % Hkv:
+        raise ValueError(f"q has {Hq} heads, not a multiple of the {Hkv} kv heads")
+    return q, k, Hq // Hkv
+
+
+def logits(q, k, sm_scale=None):
+    """float64 ``sm · q·k`` per head: q ``[Hq, d]``, k ``[S, Hkv, d]`` → ``[Hq, S]``."""
+    q, k, G = _gqa(q, k)
+    sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    kk = np.repeat(k, G, axis=1)  # [S, Hq, d]
+    return sm * np.einsum("hd,shd->hs", q, kk)
+
+
+def softmax(lg):
+    m = np.max(lg, axis=-1, keepdims=True)
+    e = np.exp(lg - m)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def true_tv(q, k_exact, k_hat, *, sm_scale=None):
+    """TV(p, p̃) in float64, ``p = softmax(sm q·k)`` from exact keys, ``p̃`` from reconstructed keys.
+
+    Parameters
+    ----------
+    q : ``[Hq, d]`` or ``[d]``
+    k_exact, k_hat : ``[S, Hkv, d]`` or ``[S, d]``
+
+    Returns
+    -------
+    float64 ``[Hq]``
+    """
+    p = softmax(logits(q, k_exact, sm_scale))
+    pt = softmax(logits(q, k_hat, sm_scale))
+    return 0.5 * np.abs(p - pt).sum(axis=-1)
+
+
+def attention(q, k, v, *, sm_scale=None):
+    """float64 attention of one request: returns ``(o [Hq, d], lse [Hq])``."""
+    lg = logits(q, k, sm_scale)
+    m = lg.max(axis=-1, keepdims=True)
+    e = np.exp(lg - m)
+    lse = (m[:, 0] + np.log(e.sum(-1)))
+    _, vv, G = _gqa(q, v)
+    vv = np.repeat(vv, G, axis=1)  # [S, Hq, d]
+    o = np.einsum("hs,shd->hd", e / e.sum(-1, keepdims=True), vv)
+    return o, lse
+
+
+def c_tier_a(q, witness, config: QuantConfig, *, sm_scale=None):
+    """float64 ``c^A_t = sm Σ_b ||q_b|| w_{t,b}``: q ``[Hq, d]``, witness ``[S, Hkv, B]`` → ``[Hq, S]``."""
+    q, w, G = _gqa(q, np.asarray(witness, np.float64))
+    sm = 1.0 / math.sqrt(config.head_dim) if sm_scale is None else sm_scale
+    bands = config.band_channels()
+    qn = np.sqrt((q[:, bands] ** 2).sum(-1))  # [Hq, B]
+    ww = np.repeat(w, G, axis=1)  # [S, Hq, B]
+    return sm * np.einsum("hb,shb->hs", qn, ww)
+
+
+def c_tier_b(q, scales, config: QuantConfig, *, layer, kv_heads_bypass, S, delta_loc, sm_scale=None):
+    """float64 ``c^B_t = u_t + β_t`` (SPEC §4): q ``[Hq, d]``, scales ``[S, Hkv, ng]`` → ``[Hq, S]``.
+
+    ``kv_heads_bypass`` is the int array ``[Hkv, 2 n_pairs]`` of bypassed channels of this layer.
+    """
+    q, s, G = _gqa(q, np.asarray(scales, np.float64))
+    Hq, d = q.shape
+    sm = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
+    gs = config.group_size
+    mask = np.ones((s.shape[1], d), bool)
+    for h in range(s.shape[1]):
+        mask[h, kv_heads_bypass[h]] = False
+    mq = np.repeat(mask, G, axis=0)  # [Hq, d]
+    q2 = ((q * mq) ** 2).reshape(Hq, -1, gs).sum(-1)
+    q1 = np.abs(q * mq).reshape(Hq, -1, gs).sum(-1)
+    ss = np.repeat(s, G, axis=1)  # [S, Hq, ng]
+    var = sm * sm / 12.0 * np.einsum("shg,hg->hs", ss ** 2, q2)
+    with np.errstate(invalid="ignore"):
+        u = np.sqrt(2.0 * var * math.log(2.0 * S / delta_loc))
+        beta = sm * np.einsum("shg,hg->hs", ss, q1) * (2.0 ** -(config.dither_bits + 1) + C.BETA_FP32_SLACK)
+    return u + beta
+
+
+def e_form_risk(p_tilde, c):
+    """``R = (A² − 1)/2`` with ``A = Σ p̃ e^c`` in float64 (SPEC §5)."""
+    A = np.sum(p_tilde * np.exp(c), axis=-1)
+    return (A * A - 1.0) / 2.0
+
+
+def request_rows(pool, layer, page_table, b):
+    """Exact and reconstructed K/V of request ``b`` (host float64 / float32 arrays).
+
+    Returns ``dict(slots, k_exact, v_exact, k_hat, v_hat, k_scales, k_witness)``, rows in sequence
+    order; ``*_exact`` need ``pool.keep_exact``.
+    """
+    slots = page_table.slots(b, pool.page_size)
+    out = {"slots": slots}
+    out["k_hat"] = _host(pool.dequantized(layer, _dev(pool, slots), "k"))
+    out["v_hat"] = _host(pool.dequantized(layer, _dev(pool, slots), "v"))
+    if pool.keep_exact:
+        out["k_exact"] = pool.exact_rows(layer, slots, "k").astype(np.float64)
+        out["v_exact"] = pool.exact_rows(layer, slots, "v").astype(np.float64)
+    out["k_scales"] = _host(pool.scales[layer, 0][:, _dev(pool, slots)]).transpose(1, 0, 2)
+    out["k_witness"] = _host(pool.witness[layer, 0][:, _dev(pool, slots)]).transpose(1, 0, 2)
+    return out
+
+
+def _dev(pool, a):
+    return pool.xp.asarray(a) if pool.backend == "cuda" else a
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") else np.asarray(a)
