@@ -64,3 +64,14 @@ def test_calibration_finds_massive_pairs():
     assert np.array_equal(pairs, np.sort(model.massive_pairs, axis=-1))
     with pytest.raises(ValueError, match="keys"):
         calibrate_outlier_pairs(K[0], 2)
+
+
+def test_readme_example_runs():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    ns = {}
+    exec(compile(code, "README.md", "exec"), ns)  # noqa: S102 - our own README
+    res = ns["res"]
+    assert res.o.shape == (1, 8, 128) and np.all(res.tv_bound >= 0) and np.all(res.tv_bound <= 1)
