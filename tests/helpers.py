@@ -53,14 +53,22 @@ def filled_pool(rng, *, lengths, H=2, d=128, page_size=16, cfg=None, L=1, layer=
     indptr, indices, last, slots, npages = contiguous_table(lengths, page_size)
     pool = wc.KVPool(L, H, d, npages, page_size, cfg, keep_exact=True, backend=backend)
     ks, vs = [], []
+    xp = pool.xp
     for s in slots:
         k = random_rows(rng, len(s), H, d, massive=massive)
         v = random_rows(rng, len(s), H, d)
         if len(s):
-            pool.write(layer, s, k, v)
+            pool.write(layer, xp.asarray(s), xp.asarray(k), xp.asarray(v))
         ks.append(k)
         vs.append(v)
     return pool, (indptr, indices, last, slots), ks, vs
+
+
+def on_device(pool, table):
+    """The page table as arrays of the pool's backend."""
+    indptr, indices, last, slots = table
+    xp = pool.xp
+    return xp.asarray(indptr), xp.asarray(indices), xp.asarray(last)
 
 
 def page_table(pool, table):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import witcert_cupy as wc
+from witcert_cupy import _contract as C
 from witcert_cupy import certificate, reference
 from helpers import filled_pool, page_table
 
@@ -28,7 +29,8 @@ def ref_request(pool, table, q, b, cert, sm=None):
                                              kv_heads_bypass=pool.bypass_ch[0], S=S,
                                              delta_loc=certificate.delta_loc(cert, Hq), sm_scale=sm))
     pt_ = reference.softmax(reference.logits(q[b], rows["k_hat"], sm))
-    log_a = np.log((pt_ * np.exp(c)).sum(-1))
+    # the kernels evaluate c_t with the fp32 evaluation slack on top (docs/certificate.md §6)
+    log_a = np.log((pt_ * np.exp(c * C.C_EVAL_SLACK)).sum(-1))
     return o, lse, log_a, c.max(-1)
 
 

@@ -80,7 +80,7 @@ class KVPool:
         self.outliers = xp.zeros((L, 2, H, N, 2 * config.n_pairs), xp.float16)
         self.witness = xp.zeros((L, 2, H, N, config.witness_bands), xp.float16)
         self.exact = np.zeros((L, 2, H, N, d), np.float16) if self.keep_exact else None
-        # (token, layer) writes that held a NaN/inf: readable without a per-step host sync
+        # rows (token, kv head, side) written with a NaN/inf: readable without a per-step host sync
         self.nonfinite_writes = xp.zeros(1, xp.int64)
         if backend == "cuda":
             from . import _cuda
@@ -153,7 +153,7 @@ class KVPool:
         k0, k1 = cfg.seed_words
         s64 = s.astype(np.int64)
         zeros = np.zeros(n, np.int64)
-        poisoned = np.zeros(n, np.uint8)
+        poisoned = np.zeros((n, self.num_kv_heads), np.uint8)
         for side, x in ((0, kh), (1, vh)):
             bits16 = to_fp16_bits("k" if side == 0 else "v", x)
             write_rows(bits16, s64, s64, zeros, side, layer, k0, k1, cfg.dither_bits, cfg.group_size,
@@ -163,7 +163,8 @@ class KVPool:
                        self.witness[layer, side].view(np.uint16), poisoned)
             if self.keep_exact:
                 self.exact[layer, side][:, s64, :] = bits16.view(np.float16).transpose(1, 0, 2)
-        self.nonfinite_writes[0] += int(poisoned.sum())
+            self.nonfinite_writes[0] += int(poisoned.sum())
+            poisoned[:] = 0
 
     # ------------------------------------------------------------------ read helpers
     def dequantized(self, layer, slots, side):
@@ -191,6 +192,10 @@ class KVPool:
         if not self.keep_exact:
             raise ValueError("this pool was built with keep_exact=False: it has no backing store")
         layer, side_id = check_layer_side(layer, side, self.num_layers)
+        if self.backend == "cuda":  # the kernels write the backing store through mapped memory
+            import cupy
+
+            cupy.cuda.Device().synchronize()
         s = np.asarray(to_numpy("slots", slots) if backend_of(slots=slots) == "cpu"
                        else to_cupy(slots).get())
         check_int("slots", s)

@@ -104,7 +104,7 @@ def quantize(x, slots, *, layer, side, config: QuantConfig) -> QuantizedKV:
     scales = np.empty((H, n, config.num_groups), np.uint16)
     outl = np.empty((H, n, bypass.shape[1]), np.uint16)
     wit = np.empty((H, n, config.witness_bands), np.uint16)
-    poisoned = np.zeros(n, np.uint8)
+    poisoned = np.zeros((n, H), np.uint8)
     k0, k1 = config.seed_words
     write_rows(to_fp16_bits("x", xh), np.arange(n, dtype=np.int64), s, np.zeros(n, np.int64), side_id,
                layer, k0, k1, config.dither_bits, config.group_size, bypass, config.band_channels(),

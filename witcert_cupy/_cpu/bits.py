@@ -177,3 +177,18 @@ def next_up(x):
     if x > np.float32(0.0) and x < np.float32(np.inf):
         return f32_from_bits(f32_bits(x) + np.uint32(1))
     return x
+
+
+_F32_MIN_NORMAL = np.float32(1.1754943508222875e-38)
+
+
+@njit(inline="always", cache=True)
+def square_up(e):
+    """An upper bound on e*e (e >= 0) that is the same with or without flush-to-zero: products below
+    the smallest normal become that normal, others are rounded up (twin of common.cuh)."""
+    if e == np.float32(0.0):
+        return e
+    s = e * e
+    if s < _F32_MIN_NORMAL:
+        return _F32_MIN_NORMAL
+    return next_up(s)

@@ -10,7 +10,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import _contract as C
-from .bits import dither_row, f16_bits_to_f32, f32_to_f16_bits_ru, next_up, philox4x32
+from .bits import dither_row, f16_bits_to_f32, f32_to_f16_bits_ru, next_up, philox4x32, square_up
 
 _DIV = np.float32(C.SCALE_DIVISOR)
 _MARGIN = np.float32(C.WITNESS_MARGIN)
@@ -39,7 +39,7 @@ def write_rows(x_bits, dest_rows, slots, epochs, side, layer, k0, k1, bits, grou
                bypass_ch, band_ch, codes, scales, outliers, witness, poisoned):
     """Quantize ``x_bits`` (fp16 bits ``uint16 [n, H, d]``) into row ``dest_rows[i]`` of the outputs.
 
-    ``poisoned[i]`` is set to 1 when token ``i`` had a non-finite value in any head (SPEC §3.6).
+    ``poisoned[i, h]`` is set to 1 when row ``(i, h)`` held a non-finite value (SPEC §3.6).
     """
     n, H, d = x_bits.shape
     ng = d // group_size
@@ -99,12 +99,11 @@ def write_rows(x_bits, dest_rows, slots, epochs, side, layer, k0, k1, bits, grou
                 c = band_ch[b, jj]
                 if byp[c]:
                     continue
-                e = next_up(abs(xhat[c] - x[c]))
-                acc = next_up(acc + next_up(e * e))
+                acc = next_up(acc + square_up(next_up(abs(xhat[c] - x[c]))))
             w = next_up(np.sqrt(acc)) * _MARGIN
             witness[h, row, b] = np.uint16(f32_to_f16_bits_ru(w))
         if row_bad:
-            poisoned[i] = 1
+            poisoned[i, h] = 1
 
 
 @njit(parallel=True, cache=True)

@@ -1,0 +1,279 @@
+"""Decode latency on one GPU, side by side in one process: our certified INT8 decode (dither bits 8,
+16, 24; certificate on/off), our fp16-store decode when available, and torch SDPA fp16 (GQA, fused
+backends) on the same shapes.
+
+    PYTHONPATH=. python3 bench/decode.py [--quick] [--out bench/results]
+
+Method (bench/NOTES.md): correctness against a float64 reference before timing; every method is
+captured in a CUDA graph that calls it once per rotated buffer (the buffers together are several
+times the L2), the graph is replayed many times, each replay timed with CUDA events; the median per
+call is reported.  Bytes count K+V (codes + scales for INT8, fp16 values for SDPA).
+Writes ``decode-<date>.json`` (rows: method, batch, hq, hkv, context, page_size, dither_bits, cert,
+us, gbps, ratio_sdpa) and ``decode-<date>.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import witcert_cupy as wc  # noqa: E402
+
+D = 128
+PAGE = 16
+
+
+def l2_bytes():
+    return int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["l2CacheSize"])
+
+
+def time_cupy(launches, reps):
+    """Median µs per launch of a CUDA graph that runs every callable in ``launches`` once."""
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        for f in launches:
+            f()
+        s.synchronize()
+        s.begin_capture()
+        for f in launches:
+            f()
+        g = s.end_capture()
+        g.launch(s)
+        s.synchronize()
+        times = []
+        for _ in range(reps):
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            e0.record(s)
+            g.launch(s)
+            e1.record(s)
+            e1.synchronize()
+            times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3 / len(launches))
+    return statistics.median(times), times
+
+
+def time_torch(launches, reps):
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for f in launches:
+            f()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for f in launches:
+            f()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        g.replay()
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1) * 1e3 / len(launches))
+    return statistics.median(times), times
+
+
+def rotations(bytes_one, l2):
+    return int(max(1, min(16, math.ceil(3 * l2 / max(bytes_one, 1)))))
+
+
+class Int8Case:
+    """A pool with ``rot`` disjoint copies of a (B, Hkv, ctx) batch: random valid codes and scales."""
+
+    def __init__(self, B, hq, hkv, ctx, page, rot):
+        npg = ctx // page
+        self.B, self.hq, self.hkv, self.ctx, self.rot = B, hq, hkv, ctx, rot
+        self.cfg = wc.QuantConfig(D, dither_bits=8, seed=1234)
+        self.pool = wc.KVPool(1, hkv, D, B * npg * rot, page, self.cfg, backend="cuda")
+        p = self.pool
+        # random valid codes and scales, written block by block (a whole-pool int32 temporary
+        # would not fit at the largest shapes); contents do not change the timing
+        cp.random.seed(0)
+        blk = 1 << 26
+        codes_blk = (cp.random.randint(0, 255, size=blk, dtype=cp.int32) - 127).astype(cp.int8)
+        scale_blk = cp.random.uniform(0.004, 0.03, size=blk // 16).astype(cp.float16)
+        for arr, src in ((p.codes.reshape(-1), codes_blk), (p.scales.reshape(-1), scale_blk)):
+            for off in range(0, arr.size, src.size):
+                n = min(src.size, arr.size - off)
+                arr[off:off + n] = src[:n]
+        self.tables = []
+        for r in range(rot):
+            base = r * B * npg
+            ix = cp.arange(base, base + B * npg, dtype=cp.int32)
+            ip = cp.arange(0, B * npg + 1, npg, dtype=cp.int32)
+            ll = cp.full(B, page, cp.int32)
+            self.tables.append((ip, ix, ll))
+        self.q = [cp.asarray(np.random.default_rng(r).standard_normal((B, hq, D)).astype(np.float32))
+                  for r in range(rot)]
+
+    def bytes_moved(self):
+        return self.B * self.hkv * self.ctx * 2 * self.cfg.bytes_per_token_side()
+
+    def plans(self, bits, cert):
+        self.pool.config = dataclasses.replace(self.cfg, dither_bits=bits)
+        c = wc.CertConfig(tier="B", num_layers=32, steps=1024) if cert else None
+        return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), c, None)
+                for r in range(self.rot)]
+
+    def check(self, bits, cert):
+        """Request 0 of rotation 0 against float64 attention over the reconstructed values."""
+        plan = self.plans(bits, cert)[0]
+        plan.launch()
+        res = plan.result()
+        ip, ix, ll = self.tables[0]
+        slots = cp.arange(self.ctx, dtype=cp.int64) + int(ix[0].get()) * self.pool.page_size
+        kh = self.pool.dequantized(0, slots, "k").astype(cp.float64)  # [S, Hkv, D]
+        vh = self.pool.dequantized(0, slots, "v").astype(cp.float64)
+        G = self.hq // self.hkv
+        q = self.q[0][0].astype(cp.float64).reshape(self.hkv, G, D)
+        lg = cp.einsum("hgd,shd->hgs", q, kh) / math.sqrt(D)
+        p = cp.exp(lg - lg.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        o = cp.einsum("hgs,shd->hgd", p, vh).reshape(self.hq, D)
+        err = float(cp.linalg.norm(res.o[0] - o) / cp.linalg.norm(o))
+        if cert:
+            assert bool(cp.all(cp.isfinite(res.tv_bound[0]))), "non-finite certificate"
+        return err
+
+
+def sdpa_case(B, hq, hkv, ctx, rot):
+    import torch
+
+    ks = [torch.randn(B, hkv, ctx, D, device="cuda", dtype=torch.float16) for _ in range(rot)]
+    vs = [torch.randn(B, hkv, ctx, D, device="cuda", dtype=torch.float16) for _ in range(rot)]
+    qs = [torch.randn(B, hq, 1, D, device="cuda", dtype=torch.float16) for _ in range(rot)]
+    outs = [None] * rot
+    F = torch.nn.functional
+
+    def mk(r):
+        def f():
+            outs[r] = F.scaled_dot_product_attention(qs[r], ks[r], vs[r], enable_gqa=True)
+        return f
+
+    o = F.scaled_dot_product_attention(qs[0], ks[0], vs[0], enable_gqa=True)[:1]
+    kk = ks[0][:1].double().repeat_interleave(hq // hkv, 1)
+    vv = vs[0][:1].double().repeat_interleave(hq // hkv, 1)
+    ref = torch.softmax(qs[0][:1].double() @ kk.transpose(-1, -2) / math.sqrt(D), -1) @ vv
+    err = float((o.double() - ref).norm() / ref.norm())
+    return [mk(r) for r in range(rot)], err, B * hkv * ctx * 2 * 2 * D
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="a subset of shapes (first look)")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    ap.add_argument("--reps", type=int, default=30)
+    args = ap.parse_args()
+    import torch
+
+    batches, heads, ctxs = [1, 8, 32], [(32, 8), (28, 4)], [4096, 32768, 131072]
+    bits_list = [8, 16, 24]
+    if args.quick:
+        batches, heads, ctxs, bits_list = [1, 8], [(32, 8), (28, 4)], [4096, 32768], [8]
+    l2 = l2_bytes()
+    rows, checks = [], []
+    t_start = time.time()
+    shapes = [(B, hq, hkv, ctx, PAGE) for B in batches for (hq, hkv) in heads for ctx in ctxs]
+    if not args.quick:
+        shapes.append((8, 32, 8, 32768, 1))
+    for i, (B, hq, hkv, ctx, page) in enumerate(shapes):
+        print(f"[decode] shape {i + 1}/{len(shapes)}: B={B} Hq/Hkv={hq}/{hkv} ctx={ctx} page={page}",
+              file=sys.stderr, flush=True)
+        sdpa_us = None
+        if page == PAGE:
+            rot = rotations(B * hkv * ctx * 2 * 2 * D, l2)
+            fns, err, nbytes = sdpa_case(B, hq, hkv, ctx, rot)
+            checks.append({"method": "torch_sdpa_fp16", "batch": B, "hq": hq, "hkv": hkv, "context": ctx,
+                           "rel_err_vs_fp64": err})
+            assert err < 2e-3, f"SDPA check failed: {err}"
+            sdpa_us, _ = time_torch(fns, args.reps)
+            rows.append(dict(method="torch_sdpa_fp16", batch=B, hq=hq, hkv=hkv, context=ctx, page_size=None,
+                             dither_bits=None, cert=None, us=sdpa_us, gbps=nbytes / sdpa_us / 1e3, ratio_sdpa=1.0,
+                             rotations=rot))
+            del fns
+            torch.cuda.empty_cache()
+        else:
+            sdpa_us = next(r["us"] for r in rows if r["method"] == "torch_sdpa_fp16" and r["batch"] == B
+                           and r["hq"] == hq and r["context"] == ctx)
+        rot = rotations(B * hkv * ctx * 272, l2)
+        case = Int8Case(B, hq, hkv, ctx, page, rot)
+        for bits in bits_list if page == PAGE else [8]:
+            for cert in (True, False) if page == PAGE else (True,):
+                err = case.check(bits, cert)
+                checks.append({"method": "witcert_int8", "batch": B, "hq": hq, "hkv": hkv, "context": ctx,
+                               "page_size": page, "dither_bits": bits, "cert": cert, "rel_err_vs_fp64": err})
+                assert err < 1e-4, f"INT8 decode check failed: {err}"
+                plans = case.plans(bits, cert)
+                us, _ = time_cupy([p.launch for p in plans], args.reps)
+                rows.append(dict(method="witcert_int8", batch=B, hq=hq, hkv=hkv, context=ctx, page_size=page,
+                                 dither_bits=bits, cert=cert, us=us, gbps=case.bytes_moved() / us / 1e3,
+                                 ratio_sdpa=us / sdpa_us, rotations=rot, num_splits=plans[0].ns))
+                print(f"    int8 bits={bits} cert={cert}: {us:8.1f} us  ({us / sdpa_us:.2f}x SDPA "
+                      f"{sdpa_us:.1f} us)", file=sys.stderr, flush=True)
+        del case
+        cp.get_default_memory_pool().free_all_blocks()
+
+    date = datetime.date.today().isoformat()
+    dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    meta = {"date": date, "gpu": dev["name"].decode(), "sms": dev["multiProcessorCount"], "l2_bytes": l2,
+            "cupy": cp.__version__, "torch": torch.__version__, "command": " ".join(["python3"] + sys.argv),
+            "reps": args.reps, "quick": args.quick, "wall_s": time.time() - t_start, "checks": checks}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"decode-{date}{'-quick' if args.quick else ''}"
+    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    plot(rows, out / f"{stem}.png")
+    print(f"{'method':<18}{'B':>4}{'hq/hkv':>8}{'ctx':>8}{'pg':>4}{'bits':>5}{'cert':>6}{'us':>10}{'GB/s':>8}{'/sdpa':>7}")
+    for r in rows:
+        print(f"{r['method']:<18}{r['batch']:>4}{str(r['hq']) + '/' + str(r['hkv']):>8}{r['context']:>8}"
+              f"{str(r['page_size'] or '-'):>4}{str(r['dither_bits'] or '-'):>5}{str(r['cert']):>6}"
+              f"{r['us']:>10.1f}{r['gbps']:>8.0f}{r['ratio_sdpa']:>7.2f}")
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    keys = sorted({(r["batch"], r["hq"], r["hkv"]) for r in rows})
+    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.6), squeeze=False)
+    for ax, (B, hq, hkv) in zip(axes[0], keys):
+        sel = [r for r in rows if (r["batch"], r["hq"], r["hkv"]) == (B, hq, hkv) and r["page_size"] in (None, PAGE)]
+        methods = sorted({(r["method"], r["dither_bits"], r["cert"]) for r in sel}, key=str)
+        for m in methods:
+            pts = sorted((r["context"], r["us"]) for r in sel if (r["method"], r["dither_bits"], r["cert"]) == m)
+            label = m[0] if m[1] is None else f"int8 m={m[1]} cert={'on' if m[2] else 'off'}"
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"B={B} Hq/Hkv={hq}/{hkv}")
+        ax.set_xlabel("context")
+        ax.set_ylabel("µs")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("CUPY_CACHE_DIR", "/tmp/cupy_cache")
+    main()

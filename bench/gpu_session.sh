@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One device call (see the device notes: few, full calls): environment, the GPU test suite, the
+# compute-sanitizer fuzz, and the benchmarks.  Everything lands under $OUT (at most 8 files).
+#   bash bench/gpu_session.sh [quick|full]
+set -u
+MODE=${1:-quick}
+export PYTHONPATH=.:tests PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupy_cache NUMBA_CACHE_DIR=/tmp/numba_cache
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+  python3 -c "import sys, cupy, numpy, numba, torch; print('python', sys.version.split()[0], '| cupy', cupy.__version__, '| numpy', numpy.__version__, '| numba', numba.__version__, '| torch', torch.__version__)"
+  nvcc --version | tail -1
+  git log -1 --format='commit %H %s' 2>/dev/null || true
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+echo "== GPU tests"
+python3 -m pytest -m gpu tests/test_gpu.py -q -rA -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+echo "== compute-sanitizer memcheck fuzz"
+compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 python3 tests/gpu_fuzz.py 30 \
+  > "$OUT/sanitizer.log" 2>&1
+echo "sanitizer exit code $?" >> "$OUT/sanitizer.log"
+tail -8 "$OUT/sanitizer.log"
+echo "== benchmarks ($MODE)"
+if [ "$MODE" = full ]; then
+  python3 bench/decode.py --out "$OUT" 2>&1 | tee "$OUT/bench_decode.log" | tail -60
+else
+  python3 bench/decode.py --quick --out "$OUT" 2>&1 | tee "$OUT/bench_decode.log" | tail -30
+fi
+python3 bench/write.py --out "$OUT" 2>&1 | tail -6

@@ -1,0 +1,95 @@
+// common.cuh — types, IEEE fp16 bit conversions and directed-rounding helpers shared by the kernels.
+//
+// NVRTC has no system headers: fixed-width types are typedefs.  Every numeric constant of the
+// contract (SPEC.md) arrives as a -D definition generated from witcert_cupy/_contract.py, so the
+// Python and CUDA sides cannot drift apart.  Conversions here are the bit-for-bit twins of
+// witcert_cupy/_cpu/bits.py.
+#pragma once
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+typedef unsigned short u16;
+typedef signed char i8;
+typedef unsigned char u8;
+
+#ifdef __CUDACC__
+#define WC_HD __host__ __device__ __forceinline__
+#define WC_D __device__ __forceinline__
+#else
+#define WC_HD inline
+#define WC_D inline
+#endif
+
+#ifndef WC_SCALE_DIVISOR
+#error "compile with the -D definitions of witcert_cupy._cuda.defines()"
+#endif
+
+#define WC_F32_MAX 3.4028234663852886e38f
+#define WC_F32_MIN_NORMAL 1.1754943508222875e-38f
+
+#ifdef __CUDA_ARCH__
+WC_D u32 f32_bits(float x) { return __float_as_uint(x); }
+WC_D float f32_from_bits(u32 b) { return __uint_as_float(b); }
+
+// fp16 -> fp32 is exact; the hardware conversion handles subnormals without flushing.
+WC_D float f16_to_f32(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+WC_D bool is_finite32(float v) { return fabsf(v) <= WC_F32_MAX; }
+
+// fp32 -> fp16 bits, round to nearest even (twin of bits.f32_to_f16_bits_rn).
+WC_D u32 f32_to_f16_rn(float x) {
+    u32 b = f32_bits(x);
+    u32 sign = (b >> 16) & 0x8000u;
+    u32 a = b & 0x7FFFFFFFu;
+    if (a >= 0x7F800000u) return sign | 0x7C00u | (a > 0x7F800000u ? 0x200u : 0u);
+    if (a >= 0x477FF000u) return sign | 0x7C00u;
+    if (a >= 0x38800000u) {
+        u32 r = a + 0xFFFu + ((a >> 13) & 1u);
+        return sign | ((r >> 13) - (112u << 10));
+    }
+    // fp16 subnormal: the value in units of 2^-24 (exact scaling; an fp32 subnormal input rounds
+    // to 0 either way, so flush-to-zero cannot change the result)
+    return sign | (u32)rintf(__fmul_rn(f32_from_bits(a), 16777216.0f));
+}
+
+// fp64 -> fp16 bits, round to nearest even, directly from the double (no double rounding).
+WC_D u32 f64_to_f16_rn(double x) {
+    u64 b = (u64)__double_as_longlong(x);
+    u32 sign = (u32)(b >> 48) & 0x8000u;
+    u64 a = b & 0x7FFFFFFFFFFFFFFFull;
+    if (a >= 0x7FF0000000000000ull) return sign | 0x7C00u | (a > 0x7FF0000000000000ull ? 0x200u : 0u);
+    if (a >= 0x40EFFE0000000000ull) return sign | 0x7C00u;          // >= 65520
+    if (a >= 0x3F10000000000000ull) {                               // >= 2^-14: normal fp16
+        u64 r = a + 0x1FFFFFFFFFFull + ((a >> 42) & 1ull);
+        return sign | (u32)((r >> 42) - (1008ull << 10));
+    }
+    // subnormal fp16: units of 2^-24, exact scaling in double, rint half-even
+    return sign | (u32)rint(__longlong_as_double((long long)a) * 16777216.0);
+}
+
+// fp32 x >= 0 (or +inf/NaN) -> fp16 bits rounded toward +inf; NaN -> +inf.
+WC_D u32 f32_to_f16_ru(float x) {
+    if (!(x <= WC_F32_MAX)) return WC_FP16_INF;
+    u32 h = f32_to_f16_rn(x);
+    if (f16_to_f32((u16)h) < x) h += 1u;  // 0x7BFF + 1 = +inf: the right answer on overflow
+    return h;
+}
+
+// next float32 above a finite x > 0; 0 and inf are returned unchanged (only used on magnitudes).
+WC_D float next_up(float x) {
+    return (x > 0.0f && x <= WC_F32_MAX) ? f32_from_bits(f32_bits(x) + 1u) : x;
+}
+
+// An upper bound on e*e for e >= 0 that is identical with or without flush-to-zero: products
+// below the smallest normal become that normal (docs/certificate.md §3).
+WC_D float square_up(float e) {
+    if (e == 0.0f) return 0.0f;
+    float s = __fmul_rn(e, e);
+    return s < WC_F32_MIN_NORMAL ? WC_F32_MIN_NORMAL : next_up(s);
+}
+#endif  // __CUDA_ARCH__

@@ -1,0 +1,458 @@
+// decode.cu — fused split-KV decode over the dithered INT8 pool with the certificate (SPEC §4–6).
+//
+// decode_stage1<D, G>: grid (num_splits, Hkv, B), block 128 threads (4 warps).  One CTA serves all
+//   G query heads of one (request, kv head, split), so ξ is regenerated once per KV element.
+//   A token row is handled by D/8 lanes, each owning 8 consecutive channels (one 8-byte code load
+//   per side; a lane pair shares each 8-bit Philox call); a warp works on 32/(D/8) tokens at once,
+//   each lane group with its own online-softmax state, merged at the end by shuffles and shared
+//   memory.  Per query head it keeps (m, l, acc[16]) for lse and o, (m2, l2) for
+//   λ = log Σ e^{ℓ̃ + c} with its own running max, and cmax.
+//   Reads: codes/scales/outliers (+ witness for Tier A) of the split's tokens, the page table.
+//   Writes: o_part [B, Hq, ns, D], lse_part / lam_part / cmax_part [B, Hq, ns].
+//   Shared memory: static, < 48 KB for D <= 256, G <= 8.
+//   Never reads out of bounds: page ids outside [0, num_pages), an inconsistent kv_indptr or a
+//   last-page length outside [1, page_size] poison the split (NaN output, infinite certificate).
+// decode_merge: grid (B * Hq), block D: SPEC §6 stage 2, twin of _cpu/decode.py::merge_splits.
+#include "common.cuh"
+#include "philox.cuh"
+
+#define DEC_THREADS 128
+#define DEC_WARPS (DEC_THREADS / 32)
+#define VEC 8
+
+struct DecodeArgs {
+    const float* q;                          // [B, Hq, D] fp32
+    const i8* codes;                         // pool [L, 2, H, N, D]
+    const u16* scales;                       // [L, 2, H, N, NG]
+    const u16* outl;                         // [L, 2, H, N, NP2]
+    const u16* wit;                          // [L, 2, H, N, NB]
+    const int* bypass_ch;                    // [H, NP2] of this layer
+    const int* band_ch;                      // [NB, D / NB]
+    const int* kv_indptr;                    // [B + 1]
+    const int* kv_indices;                   // [nnz]
+    const int* kv_last_page_len;             // [B]
+    float* o_part;
+    float* lse_part;
+    float* lam_part;
+    float* cmax_part;
+    i64 N;                                   // slots in the pool
+    int B, H, layer, gs, NP2, NB, page_shift, num_pages, nnz, num_splits, tier, bits;
+    u32 k0, k1;
+    float sm, log_budget, beta_steps;
+};
+
+template <int G>
+__device__ __forceinline__ void group_sum(float (&v)[G], int lpt) {
+    // butterfly over the lanes of one token: every lane ends with the same bits
+    for (int off = 1; off < lpt; off <<= 1) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) v[g] += __shfl_xor_sync(0xffffffffu, v[g], off);
+    }
+}
+
+// ξ of this lane's 8 channels of the K row (xk) and the V row (xv).  At 8 bits one Philox call
+// feeds 16 channels, i.e. a lane pair: the even lane computes K's call, the odd lane V's, and each
+// hands the other the two words it needs — one call per KV element, no redundant rounds.  At 16
+// bits one call per side feeds exactly 8 channels; at 24 bits two calls per side.  Every lane must
+// call this (it shuffles); inactive lanes pass slot 0.
+__device__ __forceinline__ void lane_xi_kv(float (&xk)[VEC], float (&xv)[VEC], u32 slot, int layer, int h,
+                                           int cl, u32 k0, u32 k1, int bits) {
+    const u32 c2 = dither_ctr2(layer, h);
+    if (bits == 8) {
+        const int odd = cl & 1;
+        const u32x4 w = philox10(slot, dither_ctr1(odd, cl >> 1), c2, 0u, k0, k1);
+        const u32 ra = __shfl_xor_sync(0xffffffffu, odd ? w.x : w.z, 1);
+        const u32 rb = __shfl_xor_sync(0xffffffffu, odd ? w.y : w.w, 1);
+        const u32 ka = odd ? ra : w.x, kb = odd ? rb : w.y;  // K words of this lane's 8 channels
+        const u32 va = odd ? w.z : ra, vb = odd ? w.w : rb;  // V words
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+            const int sh = 8 * (i & 3);
+            xk[i] = (float)(2 * (int)(((i < 4 ? ka : kb) >> sh) & 0xFFu) - 255) * 0x1p-9f;
+            xv[i] = (float)(2 * (int)(((i < 4 ? va : vb) >> sh) & 0xFFu) - 255) * 0x1p-9f;
+        }
+    } else if (bits == 16) {
+        const u32x4 wk = philox10(slot, dither_ctr1(0, cl), c2, 0u, k0, k1);
+        const u32x4 wv = philox10(slot, dither_ctr1(1, cl), c2, 0u, k0, k1);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+            xk[i] = xi_of(wk, i, 16);
+            xv[i] = xi_of(wv, i, 16);
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            const u32x4 wk = philox10(slot, dither_ctr1(0, 2 * cl + k), c2, 0u, k0, k1);
+            const u32x4 wv = philox10(slot, dither_ctr1(1, 2 * cl + k), c2, 0u, k0, k1);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                xk[4 * k + i] = xi_of(wk, i, 24);
+                xv[4 * k + i] = xi_of(wv, i, 24);
+            }
+        }
+    }
+}
+
+// x̂ of this lane's 8 channels of one row (same expression as the write path: no contraction).
+__device__ __forceinline__ void lane_dequant(float (&x)[VEC], const i8* codes_row, float sb, const float (&xi)[VEC]) {
+    const int2 raw = *reinterpret_cast<const int2*>(codes_row);
+    const i8* cb = reinterpret_cast<const i8*>(&raw);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) x[i] = __fmul_rn(sb, __fsub_rn((float)cb[i], xi[i]));
+}
+
+template <int D, int G>
+__global__ void __launch_bounds__(DEC_THREADS) decode_stage1(
+    const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
+    const u16* __restrict__ outl, const u16* __restrict__ wit, const int* __restrict__ bypass_ch,
+    const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
+    const int* __restrict__ kv_last_page_len, float* __restrict__ o_part, float* __restrict__ lse_part,
+    float* __restrict__ lam_part, float* __restrict__ cmax_part, i64 N, int B, int H, int layer, int gs,
+    int NP2, int NB, int page_shift, int num_pages, int nnz, int num_splits, int tier, int bits, u32 k0,
+    u32 k1, float sm, float log_budget, float beta_steps) {
+    const DecodeArgs a = {q, codes, scales, outl, wit, bypass_ch, band_ch, kv_indptr, kv_indices,
+                          kv_last_page_len, o_part, lse_part, lam_part, cmax_part, N, B, H, layer, gs,
+                          NP2, NB, page_shift, num_pages, nnz, num_splits, tier, bits, k0, k1, sm,
+                          log_budget, beta_steps};
+    constexpr int LPT = D / VEC;        // lanes per token
+    constexpr int TPW = 32 / LPT;       // tokens per warp step
+    constexpr int TOK_STEP = TPW * DEC_WARPS;
+    __shared__ float q_s[G][D];
+    __shared__ float bq2[G][LPT];       // 2 (sm²/12) Q2_chunk log(2S/δ_loc)
+    __shared__ float bq1[G][LPT];       // sm Q1_chunk (2^-(m+1) + 2^-15)
+    __shared__ float a_band[G][64];     // sm ||q_b||  (NB <= 64)
+    __shared__ short oidx[D];           // outlier slot of a bypassed channel, -1 otherwise
+    __shared__ float red[DEC_WARPS][G][D + 5];
+
+    const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int tsub = lane / LPT, cl = lane % LPT;
+    const int Hq = a.H * G;
+    const int ps = 1 << a.page_shift;
+
+    // ---- the split's token range, with every page-table value checked before use
+    const int p0 = a.kv_indptr[b], p1 = a.kv_indptr[b + 1];
+    const int last = a.kv_last_page_len[b];
+    bool poisoned = p0 < 0 || p1 < p0 || p1 > a.nnz;
+    const int npages = poisoned ? 0 : p1 - p0;
+    poisoned = poisoned || (npages > 0 && (last < 1 || last > ps));
+    const i64 S = npages == 0 ? 0 : ((i64)(npages - 1) << a.page_shift) + last;
+    const int pps = (npages + a.num_splits - 1) / a.num_splits;
+    const int pa = min(s * pps, npages), pb = min(pa + pps, npages);
+    const i64 ta = (i64)pa << a.page_shift;
+    const i64 tb = poisoned ? ta : min((i64)pb << a.page_shift, S);
+
+    // ---- per query head: the query, Tier-A band norms and Tier-B chunk coefficients
+    for (int idx = tid; idx < G * D; idx += DEC_THREADS)
+        q_s[idx / D][idx % D] = a.q[((i64)b * Hq + h * G + idx / D) * D + idx % D];
+    for (int c = tid; c < D; c += DEC_THREADS) oidx[c] = -1;
+    __syncthreads();
+    for (int j = tid; j < a.NP2; j += DEC_THREADS) oidx[a.bypass_ch[h * a.NP2 + j]] = (short)j;
+    __syncthreads();
+    const float log_term = a.log_budget + logf((float)max(S, (i64)1));
+    if (a.tier & 2) {
+        for (int idx = tid; idx < G * LPT; idx += DEC_THREADS) {
+            const int g = idx / LPT, ch0 = (idx % LPT) * VEC;
+            float q2 = 0.0f, q1 = 0.0f;
+            for (int i = 0; i < VEC; ++i)
+                if (oidx[ch0 + i] < 0) {
+                    q2 += q_s[g][ch0 + i] * q_s[g][ch0 + i];
+                    q1 += fabsf(q_s[g][ch0 + i]);
+                }
+            bq2[g][idx % LPT] = 2.0f * (a.sm * a.sm / 12.0f) * q2 * log_term;
+            bq1[g][idx % LPT] = a.sm * q1 * a.beta_steps;
+        }
+    }
+    if (a.tier & 1) {
+        const int per = D / a.NB;
+        for (int idx = tid; idx < G * a.NB; idx += DEC_THREADS) {
+            const int g = idx / a.NB, bb = idx % a.NB;
+            float acc = 0.0f;
+            for (int j = 0; j < per; ++j) {
+                const float v = q_s[g][a.band_ch[bb * per + j]];
+                acc += v * v;
+            }
+            a_band[g][bb] = a.sm * sqrtf(acc);
+        }
+    }
+    __syncthreads();
+
+    // ---- per-lane-group running state
+    // m2 == +inf is sticky: some token had c_t = +inf, so λ = +inf ("no guarantee")
+    float m[G], l[G], m2[G], l2[G], cmx[G], acc[G][VEC];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        m2[g] = -INFINITY;
+        l2[g] = 0.0f;
+        cmx[g] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) acc[g][i] = 0.0f;
+    }
+    const i64 plane = a.N;  // rows per (layer, side, head)
+    const i64 kbase = (((i64)a.layer * 2 + 0) * a.H + h) * plane;
+    const i64 vbase = (((i64)a.layer * 2 + 1) * a.H + h) * plane;
+    const int NG = D / a.gs;
+    bool bypass_lane = false;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) bypass_lane |= oidx[cl * VEC + i] >= 0;
+
+    for (i64 t0 = ta; t0 < tb; t0 += TOK_STEP) {
+        const i64 t = t0 + warp * TPW + tsub;
+        bool valid = t < tb;
+        i64 slot = 0;
+        if (valid) {
+            const int page = a.kv_indices[p0 + (int)(t >> a.page_shift)];
+            if (page < 0 || page >= a.num_pages) {
+                poisoned = true;
+                valid = false;
+            } else {
+                slot = ((i64)page << a.page_shift) + (t & (ps - 1));
+            }
+        }
+        // K row
+        float xik[VEC], xiv[VEC], kh[VEC];
+        lane_xi_kv(xik, xiv, (u32)slot, a.layer, h, cl, a.k0, a.k1, a.bits);
+        float sk = 0.0f;
+        if (valid) {
+            sk = f16_to_f32(a.scales[(kbase + slot) * NG + (cl * VEC) / a.gs]);
+            lane_dequant(kh, a.codes + (kbase + slot) * D + cl * VEC, sk, xik);
+            if (bypass_lane) {
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) {
+                    const int j = oidx[cl * VEC + i];
+                    if (j >= 0) kh[i] = f16_to_f32(a.outl[(kbase + slot) * a.NP2 + j]);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) kh[i] = 0.0f;
+        }
+        float dot[G], cb_u[G], cb_b[G], ca[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            float d0 = 0.0f;
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) d0 += q_s[g][cl * VEC + i] * kh[i];
+            dot[g] = d0;
+            cb_u[g] = (a.tier & 2) ? sk * sk * bq2[g][cl] : 0.0f;
+            cb_b[g] = (a.tier & 2) ? sk * bq1[g][cl] : 0.0f;
+            ca[g] = 0.0f;
+        }
+        if ((a.tier & 1) && valid) {
+            for (int bb = cl; bb < a.NB; bb += LPT) {
+                const float w = f16_to_f32(a.wit[(kbase + slot) * a.NB + bb]);
+#pragma unroll
+                for (int g = 0; g < G; ++g) ca[g] += a_band[g][bb] * w;
+            }
+        }
+        group_sum<G>(dot, LPT);
+        if (a.tier & 2) {
+            group_sum<G>(cb_u, LPT);
+            group_sum<G>(cb_b, LPT);
+        }
+        if (a.tier & 1) group_sum<G>(ca, LPT);
+
+        // V row (loaded after K so that the K-only work above overlaps its latency)
+        float vh[VEC];
+        if (valid) {
+            const float sv = f16_to_f32(a.scales[(vbase + slot) * NG + (cl * VEC) / a.gs]);
+            lane_dequant(vh, a.codes + (vbase + slot) * D + cl * VEC, sv, xiv);
+            if (bypass_lane) {
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) {
+                    const int j = oidx[cl * VEC + i];
+                    if (j >= 0) vh[i] = f16_to_f32(a.outl[(vbase + slot) * a.NP2 + j]);
+                }
+            }
+        }
+        if (valid) {
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                const float lt = a.sm * dot[g];
+                if (!is_finite32(lt)) poisoned = true;
+                const float mn = fmaxf(m[g], lt);
+                const float sc = expf(m[g] - mn);
+                const float p = expf(lt - mn);
+                l[g] = l[g] * sc + p;
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) acc[g][i] = acc[g][i] * sc + p * vh[i];
+                m[g] = mn;
+                if (a.tier) {
+                    float ct = INFINITY;
+                    if (a.tier & 1) {
+                        float c1 = ca[g] * (float)WC_C_EVAL_SLACK;
+                        ct = c1 <= WC_F32_MAX ? c1 : INFINITY;
+                    }
+                    if (a.tier & 2) {
+                        float c2 = (sqrtf(cb_u[g]) + cb_b[g]) * (float)WC_C_EVAL_SLACK;
+                        c2 = c2 <= WC_F32_MAX ? c2 : INFINITY;
+                        ct = fminf(ct, c2);
+                    }
+                    cmx[g] = fmaxf(cmx[g], ct);
+                    if (ct == INFINITY) {
+                        m2[g] = INFINITY;
+                    } else if (m2[g] != INFINITY) {
+                        const float x = lt + ct;
+                        const float mn2 = fmaxf(m2[g], x);
+                        l2[g] = l2[g] * expf(m2[g] - mn2) + expf(x - mn2);
+                        m2[g] = mn2;
+                    }
+                }
+            }
+        }
+    }
+
+    // ---- merge the lane groups of a warp (xor over the token-group bits of the lane id)
+    for (int off = LPT; off < 32; off <<= 1) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const float mo = __shfl_xor_sync(0xffffffffu, m[g], off);
+            const float lo = __shfl_xor_sync(0xffffffffu, l[g], off);
+            const float mn = fmaxf(m[g], mo);
+            const float sa = mn == -INFINITY ? 0.0f : expf(m[g] - mn);
+            const float sb = mn == -INFINITY ? 0.0f : expf(mo - mn);
+            l[g] = l[g] * sa + lo * sb;
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+                const float ao = __shfl_xor_sync(0xffffffffu, acc[g][i], off);
+                acc[g][i] = acc[g][i] * sa + ao * sb;
+            }
+            m[g] = mn;
+            const float m2o = __shfl_xor_sync(0xffffffffu, m2[g], off);
+            const float l2o = __shfl_xor_sync(0xffffffffu, l2[g], off);
+            const float mn2 = fmaxf(m2[g], m2o);
+            const bool fin2 = mn2 != -INFINITY && mn2 != INFINITY;
+            const float s2a = fin2 ? expf(m2[g] - mn2) : 0.0f;
+            const float s2b = fin2 ? expf(m2o - mn2) : 0.0f;
+            l2[g] = l2[g] * s2a + l2o * s2b;
+            m2[g] = mn2;
+            cmx[g] = fmaxf(cmx[g], __shfl_xor_sync(0xffffffffu, cmx[g], off));
+        }
+    }
+    // ---- then the warps, through shared memory: [warp][g][0..D) acc, D: m, D+1: l, D+2: m2,
+    //      D+3: l2, D+4: cmax
+    if (tsub == 0) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) red[warp][g][cl * VEC + i] = acc[g][i];
+            if (cl == 0) {
+                red[warp][g][D] = m[g];
+                red[warp][g][D + 1] = l[g];
+                red[warp][g][D + 2] = m2[g];
+                red[warp][g][D + 3] = l2[g];
+                red[warp][g][D + 4] = cmx[g];
+            }
+        }
+    }
+    poisoned = __syncthreads_or(poisoned);
+    for (int idx = tid; idx < G * (D + 1); idx += DEC_THREADS) {
+        const int g = idx / (D + 1), c = idx % (D + 1);
+        float M = -INFINITY, M2 = -INFINITY;
+        for (int w = 0; w < DEC_WARPS; ++w) {
+            M = fmaxf(M, red[w][g][D]);
+            M2 = fmaxf(M2, red[w][g][D + 2]);
+        }
+        float L = 0.0f, A = 0.0f, L2 = 0.0f, CM = 0.0f;
+        const bool linf = M2 == INFINITY;
+        for (int w = 0; w < DEC_WARPS; ++w) {
+            const float sw = M == -INFINITY ? 0.0f : expf(red[w][g][D] - M);
+            L += red[w][g][D + 1] * sw;
+            if (c < D) A += red[w][g][c] * sw;
+            if (!linf && M2 != -INFINITY) L2 += red[w][g][D + 3] * expf(red[w][g][D + 2] - M2);
+            CM = fmaxf(CM, red[w][g][D + 4]);
+        }
+        const i64 o = ((i64)b * Hq + h * G + g) * a.num_splits + s;
+        if (c < D) {
+            a.o_part[o * D + c] = poisoned ? NAN : (L == 0.0f ? 0.0f : A / L);
+        } else {
+            if (poisoned) {
+                a.lse_part[o] = NAN;
+                a.lam_part[o] = INFINITY;
+                a.cmax_part[o] = INFINITY;
+            } else if (L == 0.0f) {
+                a.lse_part[o] = -INFINITY;
+                a.lam_part[o] = -INFINITY;
+                a.cmax_part[o] = 0.0f;
+            } else {
+                a.lse_part[o] = M + logf(L);
+                a.lam_part[o] = linf ? INFINITY : (L2 > 0.0f ? M2 + logf(L2) : -INFINITY);
+                a.cmax_part[o] = CM;
+            }
+        }
+    }
+}
+
+extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const float* __restrict__ lse_part,
+                                        const float* __restrict__ lam_part, const float* __restrict__ cmax_part,
+                                        int ns, int D, float* __restrict__ o, float* __restrict__ lse,
+                                        float* __restrict__ log_a, float* __restrict__ cmax) {
+    const i64 r = blockIdx.x;  // (b, hq)
+    const float* lp = lse_part + r * ns;
+    const float* lm = lam_part + r * ns;
+    float mx = -INFINITY, lmx = -INFINITY, cm = 0.0f;
+    bool bad = false;
+    for (int s = 0; s < ns; ++s) {
+        const float v = lp[s];
+        if (v != v) bad = true;
+        else mx = fmaxf(mx, v);
+        lmx = fmaxf(lmx, lm[s]);
+        cm = fmaxf(cm, cmax_part[r * ns + s]);
+    }
+    if (threadIdx.x == 0) cmax[r] = cm;
+    if (bad) {
+        for (int c = threadIdx.x; c < D; c += blockDim.x) o[r * D + c] = NAN;
+        if (threadIdx.x == 0) {
+            lse[r] = NAN;
+            log_a[r] = INFINITY;
+        }
+        return;
+    }
+    if (mx == -INFINITY) {
+        for (int c = threadIdx.x; c < D; c += blockDim.x) o[r * D + c] = 0.0f;
+        if (threadIdx.x == 0) {
+            lse[r] = -INFINITY;
+            log_a[r] = 0.0f;
+        }
+        return;
+    }
+    float tot = 0.0f;
+    for (int s = 0; s < ns; ++s)
+        if (lp[s] != -INFINITY) tot += expf(lp[s] - mx);
+    const float L = mx + logf(tot);
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int s = 0; s < ns; ++s)
+            if (lp[s] != -INFINITY) acc += expf(lp[s] - L) * o_part[(r * ns + s) * D + c];
+        o[r * D + c] = acc;
+    }
+    if (threadIdx.x == 0) {
+        lse[r] = L;
+        if (lmx == INFINITY) {
+            log_a[r] = INFINITY;
+        } else if (lmx == -INFINITY) {
+            log_a[r] = 0.0f;
+        } else {
+            float t2 = 0.0f;
+            for (int s = 0; s < ns; ++s)
+                if (lm[s] != -INFINITY) t2 += expf(lm[s] - lmx);
+            log_a[r] = fmaxf(lmx + logf(t2) - L, 0.0f);  // A >= 1 exactly; below is fp32 rounding
+        }
+    }
+}
+
+#ifdef WITCERT_INSTANTIATE_ALL
+// For the offline compile check (tests/test_cuda_compile.py): every shape the library launches.
+#define WC_INST(D, G)                                                                                     \
+    template __global__ void decode_stage1<D, G>(const float*, const i8*, const u16*, const u16*, const u16*, \
+                                                 const int*, const int*, const int*, const int*, const int*,  \
+                                                 float*, float*, float*, float*, i64, int, int, int, int, int, \
+                                                 int, int, int, int, int, int, int, u32, u32, float, float, float);
+#define WC_INST_G(D) WC_INST(D, 1) WC_INST(D, 2) WC_INST(D, 3) WC_INST(D, 4) WC_INST(D, 5) \
+    WC_INST(D, 6) WC_INST(D, 7) WC_INST(D, 8)
+WC_INST_G(64)
+WC_INST_G(128)
+WC_INST_G(256)
+#endif

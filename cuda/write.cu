@@ -1,0 +1,171 @@
+// write.cu — the write path (SPEC §3) and the small elementwise kernels of the public API.
+//
+// write_rows: grid (n tokens, Hkv, 2 sides), block = d threads (one channel each; d % 32 == 0).
+//   Reads the input row (fp16/fp32/bf16/fp64, rounded to fp16 on entry), writes int8 codes, fp16
+//   scales, exact outlier values and the witness straight into the paged pool at `slots`, and the
+//   exact fp16 row to the host backing store when `exact` is not null (mapped pinned memory).
+//   Shared memory: static, O(d).  Bit-for-bit twin of witcert_cupy/_cpu/write.py::write_rows.
+// dequant_rows: grid (n, Hkv), block d: x̂ = s16 * (k - ξ), bypassed channels exact.
+// philox_kernel / dither_kernel: the public philox4x32_10 and dither on the GPU.
+#include "common.cuh"
+#include "philox.cuh"
+
+#define WC_MAX_D 256
+
+// Input dtypes of write_rows (witcert_cupy/_cuda.py: INPUT_DTYPES).
+#define IN_F16 0
+#define IN_F32 1
+#define IN_BF16 2
+#define IN_F64 3
+
+__device__ __forceinline__ u16 load_as_f16(const void* base, i64 idx, int dtype) {
+    if (dtype == IN_F16) return ((const u16*)base)[idx];
+    if (dtype == IN_F32) return (u16)f32_to_f16_rn(((const float*)base)[idx]);
+    if (dtype == IN_BF16) return (u16)f32_to_f16_rn(__uint_as_float((u32)((const u16*)base)[idx] << 16));
+    return (u16)f64_to_f16_rn(((const double*)base)[idx]);
+}
+
+// ξ of channel c of one row; lanes of one Philox call share it through shuffles (the call's
+// leader computes it), so each call runs once per row.  Needs the whole warp active.
+__device__ __forceinline__ float row_xi(int c, u32 slot, int side, int layer, int h, u32 epoch,
+                                        u32 k0, u32 k1, int bits) {
+    int pc = per_call_of(bits);
+    int lane = threadIdx.x & 31;
+    u32x4 w = philox10(slot, dither_ctr1(side, c / pc), dither_ctr2(layer, h), epoch, k0, k1);
+    int leader = lane & ~(pc - 1);
+    u32x4 s;
+    s.x = __shfl_sync(0xffffffffu, w.x, leader);
+    s.y = __shfl_sync(0xffffffffu, w.y, leader);
+    s.z = __shfl_sync(0xffffffffu, w.z, leader);
+    s.w = __shfl_sync(0xffffffffu, w.w, leader);
+    return xi_of(s, c % pc, bits);
+}
+
+extern "C" __global__ void __launch_bounds__(WC_MAX_D) write_rows(
+    const void* __restrict__ xk, const void* __restrict__ xv, int in_dtype,
+    const i64* __restrict__ slots,       // [n] dither slot of each row
+    const i64* __restrict__ dest_rows,   // [n] storage row (the slot in a pool)
+    int n, int H, i64 N, int D, int layer, int plane_layer, int side0, int gs, int NP2, int NB,
+    const int* __restrict__ bypass_ch,   // [H, NP2] of this layer
+    const int* __restrict__ band_ch,     // [NB, D / NB]
+    int bits, u32 k0, u32 k1,
+    i8* __restrict__ codes, u16* __restrict__ scales, u16* __restrict__ outl, u16* __restrict__ wit,
+    u16* __restrict__ exact,             // host-mapped [L, 2, H, N, D] or null
+    unsigned long long* __restrict__ counters) {  // [0]: non-finite rows, [1]: rows with a bad slot
+    __shared__ u8 byp[WC_MAX_D];
+    __shared__ float err2[WC_MAX_D];
+    __shared__ u16 xbits[WC_MAX_D];
+    __shared__ u32 gmax[WC_MAX_D / 16];
+    __shared__ int gbad[WC_MAX_D / 16];
+    __shared__ u16 s16s[WC_MAX_D / 16];
+
+    const int i = blockIdx.x, h = blockIdx.y, side = side0 + blockIdx.z, c = threadIdx.x;
+    const int NG = D / gs;
+    const i64 slot = slots[i], dest = dest_rows[i];
+    if (slot < 0 || slot > 0xFFFFFFFFll || dest < 0 || dest >= N) {  // never write out of bounds
+        if (c == 0) atomicAdd(&counters[1], 1ull);
+        return;
+    }
+    const i64 row = ((((i64)plane_layer * 2 + side) * H + h) * N + dest);  // storage row
+
+    const u16 xb = load_as_f16(side == 0 ? xk : xv, ((i64)i * H + h) * D + c, in_dtype);
+    const float x = f16_to_f32(xb);
+    xbits[c] = xb;
+    byp[c] = 0;
+    if (c < NG) {
+        gmax[c] = 0u;
+        gbad[c] = 0;
+    }
+    __syncthreads();
+    if (c < NP2) byp[bypass_ch[h * NP2 + c]] = 1;
+    __syncthreads();
+
+    const int g = c / gs;
+    const bool finite = is_finite32(x);
+    if (!finite) atomicOr(&gbad[g], 1);
+    else if (!byp[c]) atomicMax(&gmax[g], f32_bits(fabsf(x)));  // order of non-negative floats = order of bits
+    __syncthreads();
+    if (c < NG) {
+        u32 s;
+        if (gbad[c]) s = WC_FP16_INF;
+        else if (gmax[c] == 0u) s = 0u;
+        else s = f32_to_f16_ru(__fdiv_rn(f32_from_bits(gmax[c]), (float)WC_SCALE_DIVISOR));
+        s16s[c] = (u16)s;
+        scales[row * NG + c] = (u16)s;
+    }
+    const bool row_bad = __syncthreads_or(!finite);
+
+    const float xi = row_xi(c, (u32)slot, side, layer, h, 0u, k0, k1, bits);
+    const float sb = f16_to_f32(s16s[g]);
+    const bool live = sb > 0.0f && sb <= WC_F32_MAX;
+    float kf = 0.0f;
+    if (live && !byp[c]) kf = rintf(__fadd_rn(__fdiv_rn(x, sb), xi));
+    codes[row * D + c] = (i8)(int)kf;
+    const float xhat = __fmul_rn(sb, __fsub_rn(kf, xi));
+    err2[c] = byp[c] ? 0.0f : square_up(next_up(fabsf(__fsub_rn(xhat, x))));
+    if (exact != nullptr) exact[row * D + c] = xb;
+    if (c < NP2) outl[row * NP2 + c] = xbits[bypass_ch[h * NP2 + c]];
+    __syncthreads();
+
+    // witness: the same sequential, rounded-up sum as the CPU twin (bit-identical)
+    if (c < NB) {
+        u32 w = WC_FP16_INF;
+        if (!row_bad) {
+            const int per = D / NB;
+            float acc = 0.0f;
+            for (int jj = 0; jj < per; ++jj) {
+                const int ch = band_ch[c * per + jj];
+                if (byp[ch]) continue;
+                acc = next_up(__fadd_rn(acc, err2[ch]));
+            }
+            w = f32_to_f16_ru(__fmul_rn(next_up(sqrtf(acc)), (float)WC_WITNESS_MARGIN));
+        }
+        wit[row * NB + c] = (u16)w;
+    }
+    if (c == 0 && row_bad) atomicAdd(&counters[0], 1ull);
+}
+
+extern "C" __global__ void __launch_bounds__(WC_MAX_D) dequant_rows(
+    const i8* __restrict__ codes, const u16* __restrict__ scales, const u16* __restrict__ outl,
+    const i64* __restrict__ slots, const i64* __restrict__ src_rows, int n, int H, i64 N, int D, int layer,
+    int plane_layer, int side, int gs, int NP2, const int* __restrict__ bypass_ch, int bits, u32 k0, u32 k1,
+    float* __restrict__ out) {
+    const int i = blockIdx.x, h = blockIdx.y, c = threadIdx.x;
+    const i64 slot = slots[i], src = src_rows[i];
+    if (slot < 0 || slot > 0xFFFFFFFFll || src < 0 || src >= N) {
+        out[((i64)i * H + h) * D + c] = NAN;
+        return;
+    }
+    const i64 row = ((((i64)plane_layer * 2 + side) * H + h) * N + src);
+    const float xi = row_xi(c, (u32)slot, side, layer, h, 0u, k0, k1, bits);
+    const float sb = f16_to_f32(scales[row * (D / gs) + c / gs]);
+    float v = __fmul_rn(sb, __fsub_rn((float)codes[row * D + c], xi));
+    for (int j = 0; j < NP2; ++j)
+        if (bypass_ch[h * NP2 + j] == c) v = f16_to_f32(outl[row * NP2 + j]);
+    out[((i64)i * H + h) * D + c] = v;
+}
+
+extern "C" __global__ void philox_kernel(const u32* __restrict__ ctr, const u32* __restrict__ key,
+                                         i64 n, int rounds, u32* __restrict__ out) {
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    u32x4 w = rounds == 10
+                  ? philox10(ctr[4 * i], ctr[4 * i + 1], ctr[4 * i + 2], ctr[4 * i + 3], key[2 * i], key[2 * i + 1])
+                  : philox4x32_rounds(ctr[4 * i], ctr[4 * i + 1], ctr[4 * i + 2], ctr[4 * i + 3], key[2 * i],
+                                      key[2 * i + 1], rounds);
+    out[4 * i] = w.x;
+    out[4 * i + 1] = w.y;
+    out[4 * i + 2] = w.z;
+    out[4 * i + 3] = w.w;
+}
+
+// grid (n), block D (D % 32 == 0 not required: one Philox call per channel here)
+extern "C" __global__ void dither_kernel(const i64* __restrict__ slots, int D, int side, int layer, int h,
+                                         u32 epoch, u32 k0, u32 k1, int bits, float* __restrict__ out) {
+    const int i = blockIdx.x;
+    const int pc = per_call_of(bits);
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        u32x4 w = philox10((u32)slots[i], dither_ctr1(side, c / pc), dither_ctr2(layer, h), epoch, k0, k1);
+        out[(i64)i * D + c] = xi_of(w, c % pc, bits);
+    }
+}

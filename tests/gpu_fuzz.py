@@ -1,0 +1,71 @@
+"""Fuzzed page tables and slot lists for ``compute-sanitizer --tool memcheck`` (run on the GPU).
+
+    compute-sanitizer --tool memcheck --error-exitcode 1 python3 tests/gpu_fuzz.py
+
+CuPy's memory pool is switched off so that every array is its own allocation and memcheck sees any
+byte outside it.  Also asserts the documented outcome: rows attending a bad page come back NaN with
+an infinite certificate, rows with good tables are finite.
+"""
+
+import sys
+
+import cupy as cp
+import numpy as np
+
+import witcert_cupy as wc
+
+cp.cuda.set_allocator(None)
+cp.cuda.set_pinned_memory_allocator(None)
+
+
+def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
+    rng = np.random.default_rng(0)
+    cfg = wc.QuantConfig(128, witness_bands=16, outlier_pairs=np.array([[[1, 40]] * 2]))
+    pool = wc.KVPool(1, 2, 128, 64, 16, cfg, backend="cuda", keep_exact=True)
+    n_good = n_bad = 0
+    for it in range(iters):
+        # writes with arbitrary slots: out-of-range ones must be dropped, not written
+        n = int(rng.integers(1, 40))
+        slots = rng.integers(-50, pool.num_slots + 50, n)
+        x = cp.asarray(rng.standard_normal((n, 2, 128)).astype(np.float32))
+        pool.write(0, cp.asarray(slots), x, x)
+        # page tables: some valid, some garbage
+        B = int(rng.integers(1, 6))
+        npg = rng.integers(0, 10, B)
+        indptr = np.concatenate([[0], np.cumsum(npg)]).astype(np.int32)
+        indices = rng.integers(0, pool.num_pages, indptr[-1]).astype(np.int32)
+        last = rng.integers(1, 17, B).astype(np.int32)
+        bad = rng.random(B) < 0.4
+        for b in np.nonzero(bad)[0]:
+            kind = rng.integers(0, 3)
+            if kind == 0 and npg[b]:
+                indices[indptr[b] + rng.integers(npg[b])] = rng.choice([-7, pool.num_pages, 2**31 - 1])
+            elif kind == 1 and npg[b]:
+                last[b] = rng.choice([0, 17, -3, 2**30])
+            else:
+                bad[b] = False
+        if rng.random() < 0.2:  # an inconsistent indptr
+            indptr = indptr.copy()
+            indptr[-1] += 1000
+        G = int(rng.choice([1, 4, 7]))
+        q = cp.asarray(rng.standard_normal((B, 2 * G, 128)).astype(np.float32))
+        r = wc.decode_attention(q, pool, layer=0, kv_indptr=cp.asarray(indptr), kv_indices=cp.asarray(indices),
+                                kv_last_page_len=cp.asarray(last), cert=wc.CertConfig(tier="AB"),
+                                num_splits=int(rng.integers(1, 9)))
+        o = r.o.get()
+        risk = r.risk.get()
+        cp.cuda.Device().synchronize()
+        if indptr[-1] == len(indices):
+            for b in range(B):
+                if bad[b]:
+                    assert np.all(np.isnan(o[b])) and np.all(np.isinf(risk[b])), (it, b)
+                    n_bad += 1
+                elif npg[b]:
+                    assert np.all(np.isfinite(o[b])), (it, b)
+                    n_good += 1
+    print(f"fuzz: {iters} iterations, {n_good} good rows finite, {n_bad} bad rows NaN/inf, "
+          f"{int(pool._dev.bad_slot_writes.get()[0])} out-of-range slot rows dropped")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,299 @@
+"""GPU backend against the numba oracle (SPEC §9), run on the H200 with ``-m gpu``.
+
+Integers (Philox words, ξ, codes, scales, outliers, witness) must agree bit for bit; floats follow
+the SPEC §9 rule ``|gpu − ref64| ≤ 2·|cpu32 − ref64| + atol``; certificates must be sound against the
+float64 true TV with zero violations.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import witcert_cupy as wc
+from witcert_cupy import _contract as C
+from witcert_cupy import reference
+from helpers import filled_pool, on_device, page_table, random_rows
+
+cp = pytest.importorskip("cupy")
+pytestmark = pytest.mark.gpu
+
+
+def _np(a):
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+# ---------------------------------------------------------------- stream and write path
+
+def test_philox_bit_identical():
+    rng = np.random.default_rng(0)
+    ctr = rng.integers(0, 2**32, size=(50_000, 4), dtype=np.uint64).astype(np.uint32)
+    key = rng.integers(0, 2**32, size=(50_000, 2), dtype=np.uint64).astype(np.uint32)
+    got = wc.philox4x32_10(cp.asarray(ctr), cp.asarray(key))
+    assert isinstance(got, cp.ndarray)
+    assert np.array_equal(got.get(), wc.philox4x32_10(ctr, key))
+    assert wc.philox4x32_10(cp.zeros(4, cp.uint32), cp.zeros(2, cp.uint32)).get().tolist() == \
+        [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
+    from witcert_cupy import stream
+
+    assert stream._philox(cp.zeros(4, cp.uint32), cp.zeros(2, cp.uint32), 7).get().tolist() == \
+        [0x5F6FB709, 0x0D893F64, 0x4F121F81, 0x4F730A48]
+
+
+@pytest.mark.parametrize("bits", [8, 16, 24])
+def test_dither_bit_identical(bits):
+    rng = np.random.default_rng(bits)
+    slots = rng.integers(0, 2**32, size=3000, dtype=np.uint64).astype(np.int64)
+    kw = dict(layer=17, kv_head=3, side="v", head_dim=128, seed=2**63 + 5, bits=bits)
+    assert np.array_equal(wc.dither(cp.asarray(slots), **kw).get(), wc.dither(slots, **kw))
+
+
+def _adversarial(rng, n, d):
+    from test_quantize import _adversarial_rows
+
+    return _adversarial_rows(rng, n, d)
+
+
+@pytest.mark.parametrize("bits,d,gs,bands", [(8, 128, 32, 16), (16, 64, 16, 4), (24, 256, 64, 1)])
+def test_quantize_bit_identical(bits, d, gs, bands):
+    rng = np.random.default_rng(bits + d)
+    x = _adversarial(rng, 2000, d)
+    x[5, 0, 3] = np.nan
+    x[9, 0, 70 % d] = np.inf
+    pairs = np.array([[[1, d // 2 - 2]]])
+    cfg = wc.QuantConfig(d, group_size=gs, dither_bits=bits, seed=bits * 3, witness_bands=bands, outlier_pairs=pairs)
+    slots = rng.permutation(100_000)[:2000]
+    for dtype in (np.float32, np.float16, np.float64):
+        xc = x.astype(dtype)
+        a = wc.quantize(xc, slots, layer=0, side="k", config=cfg)
+        b = wc.quantize(cp.asarray(xc), cp.asarray(slots), layer=0, side="k", config=cfg)
+        assert np.array_equal(_np(b.scales).view(np.uint16), a.scales.view(np.uint16))
+        assert np.array_equal(_np(b.outliers).view(np.uint16), a.outliers.view(np.uint16))
+        assert np.array_equal(_np(b.witness).view(np.uint16), a.witness.view(np.uint16))
+        diff = _np(b.codes) != a.codes
+        if diff.any():  # only exact .5 ties may differ, and both roundings must satisfy §3.4
+            s = np.repeat(a.scales.astype(np.float64), gs, -1)[diff]
+            xi = np.stack([wc.dither(slots, layer=0, kv_head=0, side="k", head_dim=d, seed=bits * 3, bits=bits)], 1)
+            xf = xc.astype(np.float16).astype(np.float64)
+            xib = np.broadcast_to(xi, xf.shape)
+            for code in (_np(b.codes)[diff], a.codes[diff]):
+                r = np.abs(s * (code - xib[diff]) - xf[diff])
+                assert np.all(r <= C.RECON_BOUND_STEPS * s)
+            assert np.all(np.abs(_np(b.codes)[diff].astype(int) - a.codes[diff]) == 1)
+        xa = wc.dequantize(a, slots, layer=0, side="k", config=cfg)
+        xb = wc.dequantize(b, cp.asarray(slots), layer=0, side="k", config=cfg).get()
+        assert np.array_equal(xa.view(np.uint32), xb.view(np.uint32)) or np.array_equal(
+            np.nan_to_num(xa), np.nan_to_num(xb))
+
+
+def _pools(seed, **kw):
+    cpu = filled_pool(np.random.default_rng(seed), backend="cpu", **kw)
+    gpu = filled_pool(np.random.default_rng(seed), backend="cuda", **kw)
+    return cpu, gpu
+
+
+def test_pool_write_bit_identical_and_backing_store():
+    cfg = wc.QuantConfig(128, witness_bands=16, outlier_pairs=np.array([[[2, 50], [7, 9]]]))
+    (pc, tc, kc, _), (pg, tg, kg, _) = _pools(1, lengths=[300, 77], cfg=cfg, massive=[(2, 80.0)])
+    for name in ("codes", "scales", "outliers", "witness"):
+        assert np.array_equal(_np(getattr(pg, name)).view(np.uint8), getattr(pc, name).view(np.uint8)), name
+    slots = tc[3][0]
+    assert np.array_equal(pg.exact_rows(0, slots, "k"), pc.exact_rows(0, slots, "k"))
+    assert np.array_equal(pg.exact_rows(0, slots, "k"), kc[0].astype(np.float16))
+    # non-finite rows are counted on the device, and out-of-range slots never write
+    bad = random_rows(np.random.default_rng(2), 2, 2, 128)
+    bad[0, 1, 5] = np.nan
+    before = _np(pg.codes).copy()
+    pg.write(0, cp.asarray([3, 4]), cp.asarray(bad), cp.asarray(bad))
+    assert int(pg.nonfinite_writes.get()[0]) == 2
+    pg.write(0, cp.asarray([pg.num_slots, -1]), cp.asarray(bad), cp.asarray(bad))
+    assert int(pg._dev.bad_slot_writes.get()[0]) == 4
+    after = _np(pg.codes)
+    changed = np.argwhere(before != after)
+    assert set(changed[:, 3].tolist()) <= {3, 4}
+
+
+# ---------------------------------------------------------------- decode
+
+def _decode(pool, table, q, **kw):
+    ip, ix, ll = on_device(pool, table)
+    return wc.decode_attention(pool.xp.asarray(q), pool, layer=0, kv_indptr=ip, kv_indices=ix,
+                               kv_last_page_len=ll, **kw)
+
+
+CASES = [(64, 1, 16, 8, "B"), (128, 2, 16, 8, "A"), (128, 4, 16, 16, "AB"), (128, 7, 1, 8, "B"),
+         (256, 8, 16, 24, "AB"), (128, 4, 1, 24, "B"), (64, 8, 16, 16, "A"), (256, 1, 16, 8, None)]
+
+
+@pytest.mark.parametrize("d,G,page,bits,tier", CASES)
+def test_decode_matches_cpu_and_reference(d, G, page, bits, tier):
+    H = 2
+    cfg = wc.QuantConfig(d, dither_bits=bits, witness_bands=8, seed=d + G,
+                         outlier_pairs=np.array([[[0, d // 4]] * H]))
+    lengths = [1, 33, 700, 129, 0, 2048]
+    (pc, tc, _, _), (pg, tg, _, _) = _pools(d * G, lengths=lengths, H=H, d=d, page_size=page, cfg=cfg,
+                                            massive=[(0, 40.0), (d // 2, 40.0)])
+    rng = np.random.default_rng(5)
+    q = (rng.standard_normal((len(lengths), H * G, d)) * 1.5).astype(np.float32)
+    cert = None if tier is None else wc.CertConfig(tier=tier, num_layers=2, steps=8)
+    rc = _decode(pc, tc, q, cert=cert, num_splits=3)
+    rg = _decode(pg, tg, q, cert=cert)
+    pt = page_table(pc, tc)
+    for b, n in enumerate(lengths):
+        if n == 0:
+            assert np.all(rg.o[b].get() == 0) and np.all(np.isneginf(rg.lse[b].get()))
+            continue
+        rows = reference.request_rows(pc, 0, pt, b)
+        o64, lse64 = reference.attention(q[b], rows["k_hat"], rows["v_hat"])
+        for got, cpu, ref, atol in ((rg.o[b].get(), rc.o[b], o64, 1e-6 * np.abs(o64).max()),
+                                    (rg.lse[b].get(), rc.lse[b], lse64, 1e-6)):
+            assert np.all(np.abs(got - ref) <= 2 * np.abs(cpu - ref) + atol + 4e-6 * np.abs(ref))
+        if tier is not None:
+            la_g, la_c = rg.log_a[b].get(), rc.log_a[b]
+            assert np.all(np.abs(la_g - la_c) <= 4e-6 * np.maximum(1, np.abs(lse64)) + 1e-5 * la_c)
+            assert np.allclose(rg.cmax[b].get(), rc.cmax[b], rtol=3e-6)
+            tv = reference.true_tv(q[b], rows["k_exact"], rows["k_hat"])
+            assert np.all(tv <= rg.tv_bound[b].get())
+
+
+def test_decode_against_torch_sdpa_on_dequantized_values():
+    torch = pytest.importorskip("torch")
+    d, H, G = 128, 4, 4
+    (pc, tc, _, _), (pg, tg, _, _) = _pools(11, lengths=[1000, 3000], H=H, d=d)
+    q = np.random.default_rng(0).standard_normal((2, H * G, d)).astype(np.float32)
+    r = _decode(pg, tg, q, cert=wc.CertConfig())
+    pt = page_table(pc, tc)
+    for b in range(2):
+        rows = reference.request_rows(pg, 0, pt, b)
+        k = torch.tensor(rows["k_hat"], device="cuda").permute(1, 0, 2)[None].double()
+        v = torch.tensor(rows["v_hat"], device="cuda").permute(1, 0, 2)[None].double()
+        qq = torch.tensor(q[b], device="cuda")[None, :, None, :].double()
+        o = torch.nn.functional.scaled_dot_product_attention(qq, k, v, enable_gqa=True)[0, :, 0]
+        o = o.cpu().numpy()
+        assert np.abs(r.o[b].get() - o).max() <= 2e-5 * np.abs(o).max()
+
+
+def test_no_violations_many_instances():
+    viol = cells = 0
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        d = [64, 128][seed % 2]
+        G = [1, 2, 4, 7][seed % 4]
+        tier = ["A", "B", "AB"][seed % 3]
+        cfg = wc.QuantConfig(d, witness_bands=8, dither_bits=[8, 16, 24][seed % 3], seed=seed)
+        pool, table, ks, _ = filled_pool(rng, lengths=[int(rng.integers(1, 2000)) for _ in range(4)], H=2, d=d,
+                                         cfg=cfg, backend="cuda", massive=[(d - 1, float(rng.uniform(1, 200)))])
+        q = rng.standard_normal((4, 2 * G, d)).astype(np.float32) * float(rng.uniform(0.1, 5))
+        r = _decode(pool, table, q, cert=wc.CertConfig(tier=tier, delta_req=1e-3))
+        pt = page_table(pool, table)
+        for b in range(4):
+            rows = reference.request_rows(pool, 0, pt, b)
+            tv = reference.true_tv(q[b], rows["k_exact"], rows["k_hat"])
+            viol += int(np.sum(tv > r.tv_bound[b].get()))
+            cells += tv.size
+    assert cells > 100 and viol == 0
+
+
+def test_invariance_split_count_batch_order_page_size():
+    d = 128
+    q = np.random.default_rng(3).standard_normal((3, 8, d)).astype(np.float32)
+    lengths = [900, 17, 4000]
+    base = None
+    for ps in (1, 16, 128):
+        pool, table, _, _ = filled_pool(np.random.default_rng(9), lengths=lengths, page_size=ps, backend="cuda",
+                                        cfg=wc.QuantConfig(d, witness_bands=16))
+        for ns in (1, 4, 37):
+            r = _decode(pool, table, q, cert=wc.CertConfig(tier="AB"), num_splits=ns)
+            o, cm = r.o.get(), r.cmax.get()
+            if base is None:
+                base = (o, r.lse.get(), r.log_a.get(), cm)
+                continue
+            assert np.allclose(o, base[0], atol=4e-6 * np.abs(base[0]).max())
+            assert np.allclose(r.lse.get(), base[1], rtol=3e-6)
+            assert np.allclose(r.log_a.get(), base[2], atol=2e-5)
+            assert np.allclose(cm, base[3], rtol=1e-6)
+    # batch order: permuted requests give the same per-request answers, bit for bit
+    pool, table, _, _ = filled_pool(np.random.default_rng(9), lengths=lengths, backend="cuda")
+    indptr, indices, last, _ = table
+    perm = [2, 0, 1]
+    chunks = [indices[indptr[b]:indptr[b + 1]] for b in perm]
+    ip2 = np.concatenate([[0], np.cumsum([len(c) for c in chunks])]).astype(np.int32)
+    r1 = _decode(pool, table, q, cert=wc.CertConfig(), num_splits=8)
+    r2 = wc.decode_attention(cp.asarray(q[perm]), pool, layer=0, kv_indptr=cp.asarray(ip2),
+                             kv_indices=cp.asarray(np.concatenate(chunks)), kv_last_page_len=cp.asarray(last[perm]),
+                             cert=wc.CertConfig(), num_splits=8)
+    for f in ("o", "lse", "log_a", "cmax"):
+        assert np.array_equal(getattr(r2, f).get(), getattr(r1, f).get()[perm])
+
+
+def test_bad_page_table_gives_nan_and_infinite_certificate():
+    pool, table, _, _ = filled_pool(np.random.default_rng(4), lengths=[64, 64, 64], backend="cuda")
+    indptr, indices, last, _ = table
+    q = cp.asarray(np.random.default_rng(0).standard_normal((3, 8, 128)).astype(np.float32))
+    ix = indices.copy()
+    ix[indptr[1]] = pool.num_pages + 5        # request 1: page outside the pool
+    ll = last.copy()
+    ll[2] = pool.page_size + 3                 # request 2: impossible last-page length
+    r = wc.decode_attention(q, pool, layer=0, kv_indptr=cp.asarray(indptr), kv_indices=cp.asarray(ix),
+                            kv_last_page_len=cp.asarray(ll), cert=wc.CertConfig())
+    o = r.o.get()
+    assert np.all(np.isfinite(o[0])) and np.all(np.isfinite(r.risk[0].get()))
+    for b in (1, 2):
+        assert np.all(np.isnan(o[b])) and np.all(np.isinf(r.risk[b].get()))
+    bad_ip = cp.asarray(np.array([0, 10**6, 3, 4], np.int32))  # inconsistent indptr
+    r = wc.decode_attention(q, pool, layer=0, kv_indptr=bad_ip, kv_indices=cp.asarray(indices),
+                            kv_last_page_len=cp.asarray(last), cert=wc.CertConfig())
+    assert np.all(np.isnan(r.o[0].get())) and np.all(np.isinf(r.risk[0].get()))
+
+
+def test_decode_makes_no_host_synchronisation():
+    import cupyx
+
+    pool, table, _, _ = filled_pool(np.random.default_rng(6), lengths=[500, 20], backend="cuda",
+                                    cfg=wc.QuantConfig(128, witness_bands=16))
+    ip, ix, ll = on_device(pool, table)
+    q = cp.asarray(np.random.default_rng(0).standard_normal((2, 8, 128)).astype(np.float32))
+    wc.decode_attention(q, pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll,
+                        cert=wc.CertConfig(tier="AB"))  # compile outside the guard
+    cp.cuda.Device().synchronize()
+    with cupyx.allow_synchronize(False):
+        r = wc.decode_attention(q, pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll,
+                                cert=wc.CertConfig(tier="AB"))
+        pool.write(0, cp.asarray([5]), cp.ones((1, 2, 128), cp.float32), cp.ones((1, 2, 128), cp.float32))
+    assert np.all(np.isfinite(r.tv_bound.get()))
+
+
+def test_torch_and_dlpack_arrays_zero_copy():
+    torch = pytest.importorskip("torch")
+    from witcert_cupy.arrays import backend_of, to_cupy
+
+    t = torch.randn(2, 8, 128, device="cuda")
+    assert backend_of(q=t) == "cuda"
+    assert to_cupy(t).data.ptr == t.data_ptr()
+    pool, table, _, _ = filled_pool(np.random.default_rng(7), lengths=[100, 50], backend="cuda")
+    indptr, indices, last, _ = table
+    r = wc.decode_attention(t, pool, layer=0, kv_indptr=torch.tensor(indptr, device="cuda"),
+                            kv_indices=torch.tensor(indices, device="cuda"),
+                            kv_last_page_len=torch.tensor(last, device="cuda"), cert=wc.CertConfig())
+    r2 = _decode(pool, table, t.cpu().numpy(), cert=wc.CertConfig())
+    assert np.array_equal(r.o.get(), r2.o.get())
+    with pytest.raises(TypeError, match="one device"):
+        wc.decode_attention(t, pool, layer=0, kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last)
+
+
+def test_gpu_errors_name_the_argument():
+    pool, table, _, _ = filled_pool(np.random.default_rng(8), lengths=[10], backend="cuda")
+    ip, ix, ll = on_device(pool, table)
+    q = cp.zeros((1, 8, 128), cp.float32)
+    with pytest.raises(ValueError, match="kv_indptr"):
+        wc.decode_attention(q, pool, layer=0, kv_indptr=ip[:1], kv_indices=ix, kv_last_page_len=ll)
+    with pytest.raises(TypeError, match="kv_indices"):
+        wc.decode_attention(q, pool, layer=0, kv_indptr=ip, kv_indices=ix.astype(cp.float32), kv_last_page_len=ll)
+    with pytest.raises(TypeError, match="q"):
+        wc.decode_attention(q.astype(cp.int32), pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll)
+    with pytest.raises(TypeError, match="k"):
+        pool.write(0, cp.arange(2), cp.zeros((2, 2, 128), cp.int8), cp.zeros((2, 2, 128), cp.float32))
+    with pytest.raises(TypeError):
+        pool.write(0, np.arange(2), np.zeros((2, 2, 128), np.float32), np.zeros((2, 2, 128), np.float32))
+    assert math.isfinite(float(wc.decode_attention(q, pool, layer=0, kv_indptr=ip, kv_indices=ix,
+                                                   kv_last_page_len=ll).lse.get()[0, 0]))

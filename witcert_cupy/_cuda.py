@@ -1,0 +1,411 @@
+"""The GPU backend: loads ``cuda/*.cu`` with CuPy ``RawModule`` and launches the kernels.
+
+Loading rules (each learned the hard way):
+
+- The sources are found inside the wheel (``witcert_cupy/cuda``) or beside the package in a source
+  checkout (``cuda/``).  ``#include "x.cuh"`` lines are inlined here, so the code string CuPy hashes
+  for its kernel cache holds every header; a hash of all sources also goes into the options.
+- One options tuple (:data:`OPTIONS`): the contract constants as ``-D`` definitions generated from
+  :mod:`witcert_cupy._contract`.  CuPy adds ``-arch`` and ``-ftz=true`` itself; the kernels use
+  ``__fadd_rn``-style intrinsics wherever bits must match the CPU, so neither contraction nor
+  flush-to-zero changes a stored bit.
+- Every scalar goes to a launch as an explicit NumPy type.
+- A compile error is re-raised naming the file and the kernel.
+- Nothing here synchronises the host inside ``decode`` (no ``.get()``, no ``int()`` of a device value).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+
+from . import _contract as C
+from . import certificate as cert_mod
+from .arrays import check_float, check_int, check_shape, to_cupy
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
+
+
+def kernel_dir() -> Path:
+    """Directory holding the ``.cu``/``.cuh`` files: the wheel's copy, else the checkout's."""
+    here = Path(__file__).resolve().parent
+    for cand in (here / "cuda", here.parent / "cuda"):
+        if (cand / "decode.cu").is_file():
+            return cand
+    raise FileNotFoundError(f"CUDA sources not found next to {here} (looked in cuda/ and ../cuda/)")
+
+
+def defines() -> list[str]:
+    """The contract constants as ``-D`` options: the single source of truth is ``_contract.py``."""
+    f = lambda v: repr(float(v)) + "f"  # noqa: E731 - exact: every constant is a dyadic rational
+    return [
+        f"-DWC_SCALE_DIVISOR={f(C.SCALE_DIVISOR)}",
+        f"-DWC_WITNESS_MARGIN={f(C.WITNESS_MARGIN)}",
+        f"-DWC_C_EVAL_SLACK={f(C.C_EVAL_SLACK)}",
+        f"-DWC_FP16_INF={C.FP16_POS_INF_BITS}u",
+        f"-DWC_PHILOX_M0={C.PHILOX_M0}u",
+        f"-DWC_PHILOX_M1={C.PHILOX_M1}u",
+        f"-DWC_PHILOX_W0={C.PHILOX_W0}u",
+        f"-DWC_PHILOX_W1={C.PHILOX_W1}u",
+        f"-DWC_SIDE_SHIFT={C.SIDE_SHIFT}",
+        f"-DWC_LAYER_SHIFT={C.LAYER_SHIFT}",
+    ]
+
+
+def inline_source(name: str, _seen=None) -> str:
+    """``name`` with its quoted includes inlined once each (``#pragma once`` semantics)."""
+    seen = set() if _seen is None else _seen
+    text = (kernel_dir() / name).read_text()
+
+    def sub(m):
+        inc = m.group(1)
+        if inc in seen:
+            return ""
+        seen.add(inc)
+        return f"// ---- {inc}\n" + inline_source(inc, seen).replace("#pragma once", "") + f"\n// ---- end {inc}\n"
+
+    return _INCLUDE.sub(sub, text)
+
+
+@functools.lru_cache(maxsize=None)
+def sources_hash() -> str:
+    h = hashlib.sha256()
+    for p in sorted(kernel_dir().glob("*.cu*")):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=None)
+def options() -> tuple:
+    return ("-std=c++17", *defines(), f"-DWITCERT_SRC_HASH=0x{sources_hash()}ull")
+
+
+@functools.lru_cache(maxsize=None)
+def _module(filename: str, name_expressions: tuple = ()):
+    import cupy as cp
+
+    try:
+        mod = cp.RawModule(code=inline_source(filename), options=options(),
+                           name_expressions=name_expressions or None)
+        mod.compile()
+    except cp.cuda.compiler.CompileException as e:
+        what = ", ".join(name_expressions) if name_expressions else "its extern \"C\" kernels"
+        raise RuntimeError(f"compiling cuda/{filename} ({what}) failed:\n{e}") from None
+    return mod
+
+
+def kernel(filename: str, name: str, template: str | None = None):
+    """The function ``name`` (or the instantiation ``template``) of ``cuda/filename``."""
+    if template is None:
+        return _module(filename).get_function(name)
+    return _module(filename, (template,)).get_function(template)
+
+
+def _i32(v):
+    return np.int32(v)
+
+
+def _grid1(n, block=256):
+    return (max(1, (n + block - 1) // block),)
+
+
+# ---------------------------------------------------------------- public API, GPU side
+
+def philox(counter, key, rounds):
+    import cupy as cp
+
+    ctr, k = to_cupy(counter), to_cupy(key)
+    if ctr.dtype != cp.uint32:
+        raise TypeError(f"counter must be uint32, got dtype {ctr.dtype}")
+    if k.dtype != cp.uint32:
+        raise TypeError(f"key must be uint32, got dtype {k.dtype}")
+    if ctr.ndim < 1 or ctr.shape[-1] != 4:
+        raise ValueError(f"counter must have shape [..., 4], got {list(ctr.shape)}")
+    if k.ndim < 1 or k.shape[-1] != 2:
+        raise ValueError(f"key must have shape [2] or [..., 2], got {list(k.shape)}")
+    try:
+        batch = np.broadcast_shapes(ctr.shape[:-1], k.shape[:-1])
+    except ValueError:
+        raise ValueError(f"key shape {list(k.shape)} does not broadcast against counter "
+                         f"shape {list(ctr.shape)}") from None
+    c2 = cp.ascontiguousarray(cp.broadcast_to(ctr, batch + (4,))).reshape(-1, 4)
+    k2 = cp.ascontiguousarray(cp.broadcast_to(k, batch + (2,))).reshape(-1, 2)
+    out = cp.empty_like(c2)
+    n = c2.shape[0]
+    kernel("write.cu", "philox_kernel")(_grid1(n), (256,), (c2, k2, np.int64(n), _i32(rounds), out))
+    return out.reshape(batch + (4,))
+
+
+def _slots64(name, slots):
+    import cupy as cp
+
+    s = to_cupy(slots)
+    check_int(name, s)
+    return cp.ascontiguousarray(s, dtype=cp.int64)
+
+
+def dither(slots, *, layer, kv_head, side, head_dim, seed, bits, epoch):
+    import cupy as cp
+
+    s = _slots64("slots", slots)
+    out = cp.empty((s.shape[0], head_dim), cp.float32)
+    if s.shape[0]:
+        kernel("write.cu", "dither_kernel")((s.shape[0],), (min(256, head_dim),),
+                                            (s, _i32(head_dim), _i32(side), _i32(layer), _i32(kv_head),
+                                             np.uint32(epoch), np.uint32(seed & 0xFFFFFFFF),
+                                             np.uint32(seed >> 32), _i32(bits), out))
+    return out
+
+
+INPUT_DTYPES = {"float16": 0, "float32": 1, "float64": 3}
+
+
+def _input(name, x, shape):
+    import cupy as cp
+
+    x = to_cupy(x)
+    check_float(name, x, shape)
+    if str(x.dtype) not in INPUT_DTYPES:
+        raise TypeError(f"{name}: dtype {x.dtype} is not supported on the GPU (float16/float32/float64)")
+    return cp.ascontiguousarray(x), INPUT_DTYPES[str(x.dtype)]
+
+
+def check_gpu_config(config):
+    d, gs = config.head_dim, config.group_size
+    if d not in (64, 128, 256):
+        raise ValueError(f"the GPU kernels support head_dim 64, 128 or 256, got {d}")
+    if gs % 16:
+        raise ValueError(f"the GPU kernels need group_size to be a multiple of 16, got {gs}")
+    if config.witness_bands > 64:
+        raise ValueError(f"the GPU kernels support at most 64 witness bands, got {config.witness_bands}")
+
+
+def _write(k, v, dtype_code, slots, dest_rows, *, layer, plane_layer, side0, nsides, H, N, config,
+           bypass_layer, band_ch, codes, scales, outl, wit, exact_ptr, counters):
+    import cupy as cp
+
+    n = slots.shape[0]
+    if n == 0:
+        return
+    d = config.head_dim
+    k0, k1 = config.seed_words
+    exact_arg = np.uint64(exact_ptr)
+    kernel("write.cu", "write_rows")(
+        (n, H, nsides), (d,),
+        (k, v, _i32(dtype_code), slots, dest_rows, _i32(n), _i32(H), np.int64(N), _i32(d), _i32(layer),
+         _i32(plane_layer), _i32(side0), _i32(config.group_size), _i32(bypass_layer.shape[-1]),
+         _i32(config.witness_bands), bypass_layer, band_ch, _i32(config.dither_bits), np.uint32(k0),
+         np.uint32(k1), codes, scales.view(cp.uint16), outl.view(cp.uint16), wit.view(cp.uint16), exact_arg,
+         counters))
+
+
+def quantize(x, slots, *, layer, side, config):
+    import cupy as cp
+
+    from .write import QuantizedKV, _bypass_for
+
+    check_gpu_config(config)
+    xd, code = _input("x", x, (None, None, config.head_dim))
+    n, H, d = xd.shape
+    s = _slots64("slots", slots)
+    if s.shape[0] != n:
+        raise ValueError(f"slots must have shape [{n}] (one per row), got {list(s.shape)}")
+    bypass = cp.asarray(_bypass_for(config, layer, H))
+    np2, ng, nb = bypass.shape[1], config.num_groups, config.witness_bands
+    codes = cp.empty((1, 2, H, n, d), cp.int8)
+    scales = cp.empty((1, 2, H, n, ng), cp.float16)
+    outl = cp.empty((1, 2, H, n, np2), cp.float16)
+    wit = cp.empty((1, 2, H, n, nb), cp.float16)
+    counters = cp.zeros(2, cp.uint64)
+    _write(xd, xd, code, s, cp.arange(n, dtype=cp.int64), layer=layer, plane_layer=0, side0=side, nsides=1,
+           H=H, N=n, config=config, bypass_layer=bypass, band_ch=cp.asarray(config.band_channels()),
+           codes=codes, scales=scales, outl=outl, wit=wit, exact_ptr=0, counters=counters)
+    tr = lambda a: cp.ascontiguousarray(a[0, side].transpose(1, 0, 2))  # noqa: E731
+    return QuantizedKV(tr(codes), tr(scales), tr(outl), tr(wit) if nb else None)
+
+
+def _dequant(codes, scales, outl, slots, rows, *, layer, plane_layer, side, H, N, config, bypass_layer):
+    import cupy as cp
+
+    n = slots.shape[0]
+    d = config.head_dim
+    out = cp.empty((n, H, d), cp.float32)
+    if n:
+        k0, k1 = config.seed_words
+        kernel("write.cu", "dequant_rows")(
+            (n, H), (d,),
+            (codes, scales.view(cp.uint16), outl.view(cp.uint16), slots, rows, _i32(n), _i32(H), np.int64(N),
+             _i32(d), _i32(layer), _i32(plane_layer), _i32(side), _i32(config.group_size),
+             _i32(bypass_layer.shape[-1]), bypass_layer, _i32(config.dither_bits), np.uint32(k0),
+             np.uint32(k1), out))
+    return out
+
+
+def dequantize(qkv, slots, *, layer, side, config):
+    import cupy as cp
+
+    from .write import _bypass_for
+
+    check_gpu_config(config)
+    codes = to_cupy(qkv.codes)
+    if codes.dtype != cp.int8:
+        raise TypeError(f"qkv.codes must be int8, got dtype {codes.dtype}")
+    check_shape("qkv.codes", codes, (None, None, config.head_dim))
+    n, H, d = codes.shape
+    bypass = cp.asarray(_bypass_for(config, layer, H))
+    scales, outl = to_cupy(qkv.scales), to_cupy(qkv.outliers)
+    for name, arr, w in (("qkv.scales", scales, config.num_groups), ("qkv.outliers", outl, bypass.shape[1])):
+        if arr.dtype != cp.float16:
+            raise TypeError(f"{name} must be float16, got dtype {arr.dtype}")
+        check_shape(name, arr, (n, H, w))
+    s = _slots64("slots", slots)
+    if s.shape[0] != n:
+        raise ValueError(f"slots must have shape [{n}] (one per row), got {list(s.shape)}")
+    plane = lambda a: cp.ascontiguousarray(  # noqa: E731  [n,H,X] -> [1,2,H,n,X] at this side
+        cp.stack([a.transpose(1, 0, 2)] * 2)[None])
+    return _dequant(plane(codes), plane(scales), plane(outl), s, cp.arange(n, dtype=cp.int64), layer=layer,
+                    plane_layer=0, side=side, H=H, N=n, config=config, bypass_layer=bypass)
+
+
+# ---------------------------------------------------------------- the pool's device side
+
+class PoolDevice:
+    """Device-side state and launches of a ``backend='cuda'`` :class:`~witcert_cupy.KVPool`."""
+
+    def __init__(self, pool):
+        import cupy as cp
+
+        check_gpu_config(pool.config)
+        self.pool = pool
+        self.bypass = cp.asarray(pool.bypass_ch)                     # [L, H, NP2]
+        self.band_ch = cp.asarray(pool.band_ch if pool.band_ch.size else np.zeros((1, 1), np.int32))
+        self.counters = cp.zeros(2, cp.uint64)                       # non-finite rows, bad slots
+        pool.nonfinite_writes = self.counters[:1]
+        self.exact_ptr = 0
+        if pool.keep_exact:
+            nbytes = pool.exact.nbytes
+            flags = cp.cuda.runtime.hostAllocMapped | cp.cuda.runtime.hostAllocPortable
+            self._pinned = cp.cuda.PinnedMemory(nbytes, flags)
+            buf = cp.cuda.PinnedMemoryPointer(self._pinned, 0)
+            pool.exact = np.frombuffer(buf, np.float16, pool.exact.size).reshape(pool.exact.shape)
+            pool.exact[...] = 0
+            self.exact_ptr = cp.cuda.runtime.hostGetDevicePointer(self._pinned.ptr, 0)
+        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        self.num_sms = int(props["multiProcessorCount"])
+
+    @property
+    def bad_slot_writes(self):
+        return self.counters[1:2]
+
+    def write(self, layer, slots, k, v):
+        p = self.pool
+        kd, code = _input("k", k, (None, p.num_kv_heads, p.head_dim))
+        vd, code_v = _input("v", v, (kd.shape[0], p.num_kv_heads, p.head_dim))
+        if code_v != code:
+            vd = vd.astype(kd.dtype)
+        s = _slots64("slots", slots)
+        if s.shape[0] != kd.shape[0]:
+            raise ValueError(f"slots must have shape [{kd.shape[0]}] (one per row of k), got {list(s.shape)}")
+        _write(kd, vd, code, s, s, layer=layer, plane_layer=layer, side0=0, nsides=2, H=p.num_kv_heads,
+               N=p.num_slots, config=p.config, bypass_layer=self.bypass[layer], band_ch=self.band_ch,
+               codes=p.codes, scales=p.scales, outl=p.outliers, wit=p.witness,
+               exact_ptr=self.exact_ptr, counters=self.counters)
+
+    def dequantized(self, layer, slots, side):
+        p = self.pool
+        s = _slots64("slots", slots)
+        return _dequant(p.codes, p.scales, p.outliers, s, s, layer=layer, plane_layer=layer, side=side,
+                        H=p.num_kv_heads, N=p.num_slots, config=p.config, bypass_layer=self.bypass[layer])
+
+    def default_num_splits(self, batch):
+        """Enough CTAs for two waves of 4 resident CTAs per SM; splits beyond a request's pages exit
+        at once.  Chosen without reading the page table (that would synchronise the host)."""
+        target = 2 * 4 * self.num_sms
+        return int(max(1, min(256, math.ceil(target / max(1, batch * self.pool.num_kv_heads)),
+                              self.pool.num_pages)))
+
+    def plan(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits):
+        """Validate (metadata only), allocate the outputs, and return a :class:`DecodePlan`."""
+        p = self.pool
+        B, Hq, d = q.shape
+        G = Hq // p.num_kv_heads
+        if not 1 <= G <= 8:
+            raise ValueError(f"the GPU kernels support 1 to 8 query heads per kv head, got G={G}")
+        for name, arr, n in (("kv_indptr", kv_indptr, B + 1), ("kv_last_page_len", kv_last_page_len, B)):
+            check_int(name, arr)
+            if arr.shape[0] != n:
+                raise ValueError(f"{name} must have shape [{n}], got {list(arr.shape)}")
+        check_int("kv_indices", kv_indices)
+        return DecodePlan(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert,
+                          num_splits or self.default_num_splits(B))
+
+    def decode(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits):
+        plan = self.plan(q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits)
+        plan.launch()
+        return plan.result()
+
+
+class DecodePlan:
+    """One decode step on the GPU with every buffer allocated up front: :meth:`launch` only launches
+    kernels (stage 1, then the merge), so it can be timed with events or captured in a CUDA graph."""
+
+    def __init__(self, dev, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, ns):
+        import cupy as cp
+
+        p = dev.pool
+        self.dev, self.cert, self.ns = dev, cert, ns
+        B, Hq, d = q.shape
+        self.shape = (B, Hq, d)
+        self.q = cp.ascontiguousarray(q, dtype=cp.float32)
+        self.ip = cp.ascontiguousarray(kv_indptr, dtype=cp.int32)
+        self.ix = cp.ascontiguousarray(kv_indices, dtype=cp.int32)
+        self.ll = cp.ascontiguousarray(kv_last_page_len, dtype=cp.int32)
+        self.o_part = cp.empty((B, Hq, ns, d), cp.float32)
+        self.lse_part = cp.empty((B, Hq, ns), cp.float32)
+        self.lam_part = cp.empty((B, Hq, ns), cp.float32)
+        self.cmax_part = cp.empty((B, Hq, ns), cp.float32)
+        self.o = cp.empty((B, Hq, d), cp.float32)
+        self.lse = cp.empty((B, Hq), cp.float32)
+        self.log_a = cp.empty((B, Hq), cp.float32)
+        self.cmax = cp.empty((B, Hq), cp.float32)
+        cfg = p.config
+        k0, k1 = cfg.seed_words
+        G = Hq // p.num_kv_heads
+        self.stage1 = kernel("decode.cu", None, f"decode_stage1<{d}, {G}>")
+        self.merge = kernel("decode.cu", "decode_merge")
+        logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
+        self.grid1 = (ns, p.num_kv_heads, B)
+        self.args1 = (self.q, p.codes, p.scales.view(cp.uint16), p.outliers.view(cp.uint16),
+                      p.witness.view(cp.uint16), dev.bypass[layer], dev.band_ch, self.ip, self.ix, self.ll,
+                      self.o_part, self.lse_part, self.lam_part, self.cmax_part, np.int64(p.num_slots), _i32(B),
+                      _i32(p.num_kv_heads), _i32(layer), _i32(cfg.group_size), _i32(dev.bypass.shape[-1]),
+                      _i32(cfg.witness_bands), _i32(int(math.log2(p.page_size))), _i32(p.num_pages),
+                      _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)), _i32(cfg.dither_bits),
+                      np.uint32(k0), np.uint32(k1), np.float32(sm_scale), np.float32(logb),
+                      cert_mod.beta_steps(cfg.dither_bits))
+        self.args2 = (self.o_part, self.lse_part, self.lam_part, self.cmax_part, _i32(ns), _i32(d), self.o,
+                      self.lse, self.log_a, self.cmax)
+
+    def launch(self):
+        B, Hq, d = self.shape
+        if B == 0:
+            return
+        self.stage1(self.grid1, (128,), self.args1)
+        self.merge((B * Hq,), (min(d, 256),), self.args2)
+
+    def result(self):
+        import cupy as cp
+
+        from .decode import DecodeResult
+
+        if self.cert is None:
+            return DecodeResult(self.o, self.lse, num_splits=self.ns)
+        risk = cert_mod.risk_from_log_a(self.log_a, cp)
+        return DecodeResult(self.o, self.lse, self.log_a, risk, cert_mod.tv_bound(risk, self.cmax, cp), self.cmax,
+                            num_splits=self.ns)
