@@ -26,6 +26,14 @@ typedef unsigned char u8;
 #endif
 
 #define WC_F32_MAX 3.4028234663852886e38f
+
+// NVRTC has no <math.h>: define the two macros the kernels use (nvcc already has them).
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
 #define WC_F32_MIN_NORMAL 1.1754943508222875e-38f
 
 #ifdef __CUDA_ARCH__

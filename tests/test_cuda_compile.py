@@ -72,3 +72,21 @@ def test_source_hash_tracks_every_file():
     h = _cuda.sources_hash()
     assert re.fullmatch(r"[0-9a-f]{16}", h)
     assert any(f"WITCERT_SRC_HASH=0x{h}" in o for o in _cuda.options())
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_compiles_with_nvrtc_as_cupy_does(name):
+    """NVRTC, with CuPy's own additions (-arch, -ftz=true) and our options, on the inlined source."""
+    from nvrtc import compile_nvrtc, find_nvrtc
+
+    if find_nvrtc() is None:
+        pytest.skip("libnvrtc not found (pip install nvidia-cuda-nvrtc)")
+    src = _cuda.inline_source(name)
+    if name == "decode.cu":
+        src += "\ntemplate __global__ void decode_stage1<128, 4>(const float*, const i8*, const u16*, " \
+               "const u16*, const u16*, const int*, const int*, const int*, const int*, const int*, float*, " \
+               "float*, float*, float*, i64, int, int, int, int, int, int, int, int, int, int, int, int, u32, " \
+               "u32, float, float, float);\n"
+    ok, log = compile_nvrtc(src, name, ["-arch=sm_90", "-ftz=true", *_cuda.options()])
+    assert ok, log
+    assert "warning" not in log.lower(), log

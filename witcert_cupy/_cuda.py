@@ -295,7 +295,8 @@ class PoolDevice:
             buf = cp.cuda.PinnedMemoryPointer(self._pinned, 0)
             pool.exact = np.frombuffer(buf, np.float16, pool.exact.size).reshape(pool.exact.shape)
             pool.exact[...] = 0
-            self.exact_ptr = cp.cuda.runtime.hostGetDevicePointer(self._pinned.ptr, 0)
+            # mapped pinned memory under unified addressing: the host pointer is the device pointer
+            self.exact_ptr = self._pinned.ptr
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         self.num_sms = int(props["multiProcessorCount"])
 
