@@ -134,7 +134,7 @@ class Int8Case:
 
     def check(self, bits, cert):
         """Request 0 of rotation 0 against float64 attention over the reconstructed values."""
-        plan = self.plans(bits, cert)[0]
+        plan = self.plans(bits, cert)[0] if bits is not None else self.plans()[0]
         plan.launch()
         res = plan.result()
         ip, ix, ll = self.tables[0]
@@ -151,6 +151,35 @@ class Int8Case:
         if cert:
             assert bool(cp.all(cp.isfinite(res.tv_bound[0]))), "non-finite certificate"
         return err
+
+
+class Fp16Case(Int8Case):
+    """Our fp16-store decode (Fp16Pool, no certificate) on the same geometry."""
+
+    def __init__(self, B, hq, hkv, ctx, page, rot):
+        npg = ctx // page
+        self.B, self.hq, self.hkv, self.ctx, self.rot = B, hq, hkv, ctx, rot
+        self.pool = wc.Fp16Pool(1, hkv, D, B * npg * rot, page, backend="cuda")
+        cp.random.seed(1)
+        blk = cp.random.standard_normal(1 << 24, dtype=cp.float32).astype(cp.float16)
+        arr = self.pool.values.reshape(-1)
+        for off in range(0, arr.size, blk.size):
+            n = min(blk.size, arr.size - off)
+            arr[off:off + n] = blk[:n]
+        self.tables = []
+        for r in range(rot):
+            base = r * B * npg
+            self.tables.append((cp.arange(0, B * npg + 1, npg, dtype=cp.int32),
+                                cp.arange(base, base + B * npg, dtype=cp.int32), cp.full(B, page, cp.int32)))
+        self.q = [cp.asarray(np.random.default_rng(r).standard_normal((B, hq, D)).astype(np.float32))
+                  for r in range(rot)]
+
+    def bytes_moved(self):
+        return self.B * self.hkv * self.ctx * 2 * 2 * D
+
+    def plans(self, bits=None, cert=False):
+        return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), None, None)
+                for r in range(self.rot)]
 
 
 def sdpa_case(B, hq, hkv, ctx, rot):
@@ -227,8 +256,23 @@ def main():
                                  ratio_sdpa=us / sdpa_us, rotations=rot, num_splits=plans[0].ns))
                 print(f"    int8 bits={bits} cert={cert}: {us:8.1f} us  ({us / sdpa_us:.2f}x SDPA "
                       f"{sdpa_us:.1f} us)", file=sys.stderr, flush=True)
-        del case
+        case = None
         cp.get_default_memory_pool().free_all_blocks()
+        if page == PAGE:
+            rot = rotations(B * hkv * ctx * 512, l2)
+            case = Fp16Case(B, hq, hkv, ctx, page, rot)
+            err = case.check(None, False)
+            checks.append({"method": "witcert_fp16", "batch": B, "hq": hq, "hkv": hkv, "context": ctx,
+                           "rel_err_vs_fp64": err})
+            assert err < 1e-4, f"fp16-store decode check failed: {err}"
+            plans = case.plans()
+            us, _ = time_cupy([p.launch for p in plans], args.reps)
+            rows.append(dict(method="witcert_fp16", batch=B, hq=hq, hkv=hkv, context=ctx, page_size=page,
+                             dither_bits=None, cert=False, us=us, gbps=case.bytes_moved() / us / 1e3,
+                             ratio_sdpa=us / sdpa_us, rotations=rot, num_splits=plans[0].ns))
+            print(f"    fp16 store:          {us:8.1f} us  ({us / sdpa_us:.2f}x SDPA)", file=sys.stderr, flush=True)
+            case = None
+            cp.get_default_memory_pool().free_all_blocks()
 
     date = datetime.date.today().isoformat()
     dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)

@@ -12,6 +12,8 @@
 //   Shared memory: static, < 48 KB for D <= 256, G <= 8.
 //   Never reads out of bounds: page ids outside [0, num_pages), an inconsistent kv_indptr or a
 //   last-page length outside [1, page_size] poison the split (NaN output, infinite certificate).
+//   FP16 = true: the same kernel over an Fp16Pool (stored fp16 values, no dither or scales; Tier A
+//   from the witness, or no certificate): our fp16 baseline and the meter of black-box schemes.
 // decode_merge: grid (B * Hq), block D: SPEC §6 stage 2, twin of _cpu/decode.py::merge_splits.
 #include "common.cuh"
 #include "philox.cuh"
@@ -101,8 +103,38 @@ __device__ __forceinline__ void lane_dequant(float (&x)[VEC], const i8* codes_ro
     for (int i = 0; i < VEC; ++i) x[i] = __fmul_rn(sb, __fsub_rn((float)cb[i], xi[i]));
 }
 
-template <int D, int G>
-__global__ void __launch_bounds__(DEC_THREADS) decode_stage1(
+// The stored fp16 values of this lane's 8 channels (one 16-byte load).
+__device__ __forceinline__ void lane_load_f16(float (&x)[VEC], const u16* row) {
+    const int4 raw = *reinterpret_cast<const int4*>(row);
+    const u16* hb = reinterpret_cast<const u16*>(&raw);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) x[i] = f16_to_f32(hb[i]);
+}
+
+// This lane's 8 channels of one stored row (`row` = pool row index): dequantized INT8 with the
+// outlier channels restored, or the stored fp16 values.  Returns the row's scale (0 for fp16).
+template <int D, bool FP16>
+__device__ __forceinline__ float lane_row(float (&x)[VEC], const DecodeArgs& a, i64 row, int cl,
+                                          const float (&xi)[VEC], bool bypass_lane, const short* oidx, int NG) {
+    if constexpr (FP16) {
+        lane_load_f16(x, reinterpret_cast<const u16*>(a.codes) + row * D + cl * VEC);
+        return 0.0f;
+    } else {
+        const float sb = f16_to_f32(a.scales[row * NG + (cl * VEC) / a.gs]);
+        lane_dequant(x, a.codes + row * D + cl * VEC, sb, xi);
+        if (bypass_lane) {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+                const int j = oidx[cl * VEC + i];
+                if (j >= 0) x[i] = f16_to_f32(a.outl[row * a.NP2 + j]);
+            }
+        }
+        return sb;
+    }
+}
+
+template <int D, int G, bool FP16>
+__global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
     const u16* __restrict__ outl, const u16* __restrict__ wit, const int* __restrict__ bypass_ch,
     const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
@@ -213,18 +245,10 @@ __global__ void __launch_bounds__(DEC_THREADS) decode_stage1(
         }
         // K row
         float xik[VEC], xiv[VEC], kh[VEC];
-        lane_xi_kv(xik, xiv, (u32)slot, a.layer, h, cl, a.k0, a.k1, a.bits);
+        if constexpr (!FP16) lane_xi_kv(xik, xiv, (u32)slot, a.layer, h, cl, a.k0, a.k1, a.bits);
         float sk = 0.0f;
         if (valid) {
-            sk = f16_to_f32(a.scales[(kbase + slot) * NG + (cl * VEC) / a.gs]);
-            lane_dequant(kh, a.codes + (kbase + slot) * D + cl * VEC, sk, xik);
-            if (bypass_lane) {
-#pragma unroll
-                for (int i = 0; i < VEC; ++i) {
-                    const int j = oidx[cl * VEC + i];
-                    if (j >= 0) kh[i] = f16_to_f32(a.outl[(kbase + slot) * a.NP2 + j]);
-                }
-            }
+            sk = lane_row<D, FP16>(kh, a, kbase + slot, cl, xik, bypass_lane, oidx, NG);
         } else {
 #pragma unroll
             for (int i = 0; i < VEC; ++i) kh[i] = 0.0f;
@@ -256,17 +280,7 @@ __global__ void __launch_bounds__(DEC_THREADS) decode_stage1(
 
         // V row (loaded after K so that the K-only work above overlaps its latency)
         float vh[VEC];
-        if (valid) {
-            const float sv = f16_to_f32(a.scales[(vbase + slot) * NG + (cl * VEC) / a.gs]);
-            lane_dequant(vh, a.codes + (vbase + slot) * D + cl * VEC, sv, xiv);
-            if (bypass_lane) {
-#pragma unroll
-                for (int i = 0; i < VEC; ++i) {
-                    const int j = oidx[cl * VEC + i];
-                    if (j >= 0) vh[i] = f16_to_f32(a.outl[(vbase + slot) * a.NP2 + j]);
-                }
-            }
-        }
+        if (valid) lane_row<D, FP16>(vh, a, vbase + slot, cl, xiv, bypass_lane, oidx, NG);
         if (valid) {
 #pragma unroll
             for (int g = 0; g < G; ++g) {
@@ -445,11 +459,12 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
 
 #ifdef WITCERT_INSTANTIATE_ALL
 // For the offline compile check (tests/test_cuda_compile.py): every shape the library launches.
-#define WC_INST(D, G)                                                                                     \
-    template __global__ void decode_stage1<D, G>(const float*, const i8*, const u16*, const u16*, const u16*, \
+#define WC_INST1(D, G, F)                                                                                 \
+    template __global__ void decode_stage1<D, G, F>(const float*, const i8*, const u16*, const u16*, const u16*, \
                                                  const int*, const int*, const int*, const int*, const int*,  \
                                                  float*, float*, float*, float*, i64, int, int, int, int, int, \
                                                  int, int, int, int, int, int, int, u32, u32, float, float, float);
+#define WC_INST(D, G) WC_INST1(D, G, false) WC_INST1(D, G, true)
 #define WC_INST_G(D) WC_INST(D, 1) WC_INST(D, 2) WC_INST(D, 3) WC_INST(D, 4) WC_INST(D, 5) \
     WC_INST(D, 6) WC_INST(D, 7) WC_INST(D, 8)
 WC_INST_G(64)

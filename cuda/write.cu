@@ -25,6 +25,18 @@ __device__ __forceinline__ u16 load_as_f16(const void* base, i64 idx, int dtype)
     return (u16)f64_to_f16_rn(((const double*)base)[idx]);
 }
 
+// fp16 bits of ||x̂_b − x_b|| (1 + 2^-20), rounded up, from the rounded-up squares err2[] of the
+// band's channels in list order: the same sequential sum as the CPU twin, hence bit-identical.
+__device__ __forceinline__ u16 band_witness(const float* err2, const u8* byp, const int* channels, int per) {
+    float acc = 0.0f;
+    for (int jj = 0; jj < per; ++jj) {
+        const int ch = channels[jj];
+        if (byp[ch]) continue;
+        acc = next_up(__fadd_rn(acc, err2[ch]));
+    }
+    return (u16)f32_to_f16_ru(__fmul_rn(next_up(sqrtf(acc)), (float)WC_WITNESS_MARGIN));
+}
+
 // ξ of channel c of one row; lanes of one Philox call share it through shuffles (the call's
 // leader computes it), so each call runs once per row.  Needs the whole warp active.
 __device__ __forceinline__ float row_xi(int c, u32 slot, int side, int layer, int h, u32 epoch,
@@ -107,21 +119,40 @@ extern "C" __global__ void __launch_bounds__(WC_MAX_D) write_rows(
     if (c < NP2) outl[row * NP2 + c] = xbits[bypass_ch[h * NP2 + c]];
     __syncthreads();
 
-    // witness: the same sequential, rounded-up sum as the CPU twin (bit-identical)
-    if (c < NB) {
-        u32 w = WC_FP16_INF;
-        if (!row_bad) {
-            const int per = D / NB;
-            float acc = 0.0f;
-            for (int jj = 0; jj < per; ++jj) {
-                const int ch = band_ch[c * per + jj];
-                if (byp[ch]) continue;
-                acc = next_up(__fadd_rn(acc, err2[ch]));
-            }
-            w = f32_to_f16_ru(__fmul_rn(next_up(sqrtf(acc)), (float)WC_WITNESS_MARGIN));
-        }
-        wit[row * NB + c] = (u16)w;
+    if (c < NB) wit[row * NB + c] = row_bad ? (u16)WC_FP16_INF : band_witness(err2, byp, band_ch + c * (D / NB), D / NB);
+    if (c == 0 && row_bad) atomicAdd(&counters[0], 1ull);
+}
+
+// store_fp16_rows: grid (n, Hkv, 2 sides), block d.  Stores what a scheme reconstructs (`stored`,
+// or the exact row when null) as fp16, and the Tier-A witness of stored − exact.  Twin of
+// witcert_cupy/_cpu/write.py::store_fp16_rows.
+extern "C" __global__ void __launch_bounds__(WC_MAX_D) store_fp16_rows(
+    const void* __restrict__ xk, const void* __restrict__ xv, int in_dtype,
+    const void* __restrict__ sk, int sk_dtype, const void* __restrict__ sv, int sv_dtype,  // null: exact row
+    const i64* __restrict__ dest_rows, int n, int H, i64 N, int D, int layer, int NB,
+    const int* __restrict__ band_ch, u16* __restrict__ values, u16* __restrict__ wit, u16* __restrict__ exact,
+    unsigned long long* __restrict__ counters) {
+    __shared__ u8 byp[WC_MAX_D];
+    __shared__ float err2[WC_MAX_D];
+    const int i = blockIdx.x, h = blockIdx.y, side = blockIdx.z, c = threadIdx.x;
+    const i64 dest = dest_rows[i];
+    if (dest < 0 || dest >= N) {
+        if (c == 0) atomicAdd(&counters[1], 1ull);
+        return;
     }
+    const i64 row = ((((i64)layer * 2 + side) * H + h) * N + dest);
+    const i64 src = ((i64)i * H + h) * D + c;
+    const u16 xb = load_as_f16(side == 0 ? xk : xv, src, in_dtype);
+    const void* st = side == 0 ? sk : sv;
+    const u16 sb = st == nullptr ? xb : load_as_f16(st, src, side == 0 ? sk_dtype : sv_dtype);
+    const float x = f16_to_f32(xb), xs = f16_to_f32(sb);
+    byp[c] = 0;
+    const bool finite = is_finite32(x) && is_finite32(xs);
+    err2[c] = finite ? square_up(next_up(fabsf(__fsub_rn(xs, x)))) : 0.0f;
+    values[row * D + c] = sb;
+    if (exact != nullptr) exact[row * D + c] = xb;
+    const bool row_bad = __syncthreads_or(!finite);
+    if (c < NB) wit[row * NB + c] = row_bad ? (u16)WC_FP16_INF : band_witness(err2, byp, band_ch + c * (D / NB), D / NB);
     if (c == 0 && row_bad) atomicAdd(&counters[0], 1ull);
 }
 

@@ -37,7 +37,8 @@ def test_compiles_for_sm90_without_spills_or_warnings(name, tmp_path):
     if name == "decode.cu":  # every (head dim, group) the library launches was instantiated
         for d in (64, 128, 256):
             for g in range(1, 9):
-                assert any(f"decode_stage1ILi{d}ELi{g}E" in e for e in entries), (d, g)
+                for f in ("Lb0", "Lb1"):  # INT8 and fp16 stores
+                    assert any(f"decode_stage1ILi{d}ELi{g}E{f}E" in e for e in entries), (d, g, f)
 
 
 def test_inlined_source_is_self_contained(tmp_path):
@@ -83,7 +84,7 @@ def test_compiles_with_nvrtc_as_cupy_does(name):
         pytest.skip("libnvrtc not found (pip install nvidia-cuda-nvrtc)")
     src = _cuda.inline_source(name)
     if name == "decode.cu":
-        src += "\ntemplate __global__ void decode_stage1<128, 4>(const float*, const i8*, const u16*, " \
+        src += "\ntemplate __global__ void decode_stage1<128, 4, false>(const float*, const i8*, const u16*, " \
                "const u16*, const u16*, const int*, const int*, const int*, const int*, const int*, float*, " \
                "float*, float*, float*, i64, int, int, int, int, int, int, int, int, int, int, int, int, u32, " \
                "u32, float, float, float);\n"

@@ -298,3 +298,34 @@ def test_gpu_errors_name_the_argument():
         pool.write(0, np.arange(2), np.zeros((2, 2, 128), np.float32), np.zeros((2, 2, 128), np.float32))
     assert math.isfinite(float(wc.decode_attention(q, pool, layer=0, kv_indptr=ip, kv_indices=ix,
                                                    kv_last_page_len=ll).lse.get()[0, 0]))
+
+
+# ---------------------------------------------------------------- fp16 store (black boxes, fp16 baseline)
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fp16_store_bit_identical_and_metered(dtype):
+    from test_fp16pool import build, e4m3_like
+
+    def scheme(x):
+        return e4m3_like(x).astype(dtype)
+
+    pc, tc = build(np.random.default_rng(5), [700, 33, 1], scheme=scheme, bands=16, massive=[(60, 80.0)])
+    pg, tg = build(np.random.default_rng(5), [700, 33, 1], scheme=scheme, bands=16, massive=[(60, 80.0)],
+                   backend="cuda")
+    assert np.array_equal(pg.values.get().view(np.uint16), pc.values.view(np.uint16))
+    assert np.array_equal(pg.witness.get().view(np.uint16), pc.witness.view(np.uint16))
+    q = np.random.default_rng(1).standard_normal((3, 8, 128)).astype(np.float32) * 2
+    for cert in (None, wc.CertConfig(tier="A")):
+        rc = wc.decode_attention(q, pc, layer=0, kv_indptr=tc[0], kv_indices=tc[1], kv_last_page_len=tc[2],
+                                 cert=cert, num_splits=2)
+        rg = wc.decode_attention(cp.asarray(q), pg, layer=0, kv_indptr=cp.asarray(tg[0]),
+                                 kv_indices=cp.asarray(tg[1]), kv_last_page_len=cp.asarray(tg[2]), cert=cert)
+        pt = page_table(pc, tc)
+        for b in range(3):
+            rows = reference.request_rows(pc, 0, pt, b)
+            o64, _ = reference.attention(q[b], rows["k_hat"], rows["v_hat"])
+            assert np.all(np.abs(rg.o[b].get() - o64) <= 2 * np.abs(rc.o[b] - o64) + 4e-6 * np.abs(o64).max())
+            if cert is not None:
+                tv = reference.true_tv(q[b], rows["k_exact"], rows["k_hat"])
+                assert np.all(tv <= rg.tv_bound[b].get())
+                assert np.allclose(rg.cmax[b].get(), rc.cmax[b], rtol=3e-6)

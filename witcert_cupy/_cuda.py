@@ -275,16 +275,22 @@ def dequantize(qkv, slots, *, layer, side, config):
 
 # ---------------------------------------------------------------- the pool's device side
 
-class PoolDevice:
-    """Device-side state and launches of a ``backend='cuda'`` :class:`~witcert_cupy.KVPool`."""
+class _DeviceBase:
+    """What the GPU side of every pool has: counters, the mapped backing store, the decode plan."""
 
-    def __init__(self, pool):
+    fp16_store = False
+
+    def __init__(self, pool, bypass_ch, band_ch):
         import cupy as cp
 
-        check_gpu_config(pool.config)
+        if pool.head_dim not in (64, 128, 256):
+            raise ValueError(f"the GPU kernels support head_dim 64, 128 or 256, got {pool.head_dim}")
+        if band_ch.shape[0] > 64:
+            raise ValueError(f"the GPU kernels support at most 64 witness bands, got {band_ch.shape[0]}")
         self.pool = pool
-        self.bypass = cp.asarray(pool.bypass_ch)                     # [L, H, NP2]
-        self.band_ch = cp.asarray(pool.band_ch if pool.band_ch.size else np.zeros((1, 1), np.int32))
+        self.bypass = cp.asarray(bypass_ch)                          # [L, H, NP2]
+        self.band_ch = cp.asarray(band_ch if band_ch.size else np.zeros((1, 1), np.int32))
+        self.num_bands = int(band_ch.shape[0])
         self.counters = cp.zeros(2, cp.uint64)                       # non-finite rows, bad slots
         pool.nonfinite_writes = self.counters[:1]
         self.exact_ptr = 0
@@ -304,25 +310,6 @@ class PoolDevice:
     def bad_slot_writes(self):
         return self.counters[1:2]
 
-    def write(self, layer, slots, k, v):
-        p = self.pool
-        kd, code = _input("k", k, (None, p.num_kv_heads, p.head_dim))
-        vd, code_v = _input("v", v, (kd.shape[0], p.num_kv_heads, p.head_dim))
-        if code_v != code:
-            vd = vd.astype(kd.dtype)
-        s = _slots64("slots", slots)
-        if s.shape[0] != kd.shape[0]:
-            raise ValueError(f"slots must have shape [{kd.shape[0]}] (one per row of k), got {list(s.shape)}")
-        _write(kd, vd, code, s, s, layer=layer, plane_layer=layer, side0=0, nsides=2, H=p.num_kv_heads,
-               N=p.num_slots, config=p.config, bypass_layer=self.bypass[layer], band_ch=self.band_ch,
-               codes=p.codes, scales=p.scales, outl=p.outliers, wit=p.witness,
-               exact_ptr=self.exact_ptr, counters=self.counters)
-
-    def dequantized(self, layer, slots, side):
-        p = self.pool
-        s = _slots64("slots", slots)
-        return _dequant(p.codes, p.scales, p.outliers, s, s, layer=layer, plane_layer=layer, side=side,
-                        H=p.num_kv_heads, N=p.num_slots, config=p.config, bypass_layer=self.bypass[layer])
 
     def default_num_splits(self, batch):
         """Enough CTAs for two waves of 4 resident CTAs per SM; splits beyond a request's pages exit
@@ -352,6 +339,42 @@ class PoolDevice:
         return plan.result()
 
 
+class PoolDevice(_DeviceBase):
+    """Device-side state and launches of a ``backend='cuda'`` :class:`~witcert_cupy.KVPool`."""
+
+    def __init__(self, pool):
+        check_gpu_config(pool.config)
+        super().__init__(pool, pool.bypass_ch, pool.band_ch)
+
+    def store(self, layer):
+        """Kernel arguments of the stored data: (data, scales, outliers, witness, bypass, quant)."""
+        import cupy as cp
+
+        p, cfg = self.pool, self.pool.config
+        k0, k1 = cfg.seed_words
+        return (p.codes, p.scales.view(cp.uint16), p.outliers.view(cp.uint16), p.witness.view(cp.uint16),
+                self.bypass[layer], (cfg.group_size, k0, k1, cfg.dither_bits, cert_mod.beta_steps(cfg.dither_bits)))
+
+    def write(self, layer, slots, k, v):
+        p = self.pool
+        kd, code = _input("k", k, (None, p.num_kv_heads, p.head_dim))
+        vd, code_v = _input("v", v, (kd.shape[0], p.num_kv_heads, p.head_dim))
+        if code_v != code:
+            vd = vd.astype(kd.dtype)
+        s = _slots64("slots", slots)
+        if s.shape[0] != kd.shape[0]:
+            raise ValueError(f"slots must have shape [{kd.shape[0]}] (one per row of k), got {list(s.shape)}")
+        _write(kd, vd, code, s, s, layer=layer, plane_layer=layer, side0=0, nsides=2, H=p.num_kv_heads,
+               N=p.num_slots, config=p.config, bypass_layer=self.bypass[layer], band_ch=self.band_ch,
+               codes=p.codes, scales=p.scales, outl=p.outliers, wit=p.witness,
+               exact_ptr=self.exact_ptr, counters=self.counters)
+
+    def dequantized(self, layer, slots, side):
+        p = self.pool
+        s = _slots64("slots", slots)
+        return _dequant(p.codes, p.scales, p.outliers, s, s, layer=layer, plane_layer=layer, side=side,
+                        H=p.num_kv_heads, N=p.num_slots, config=p.config, bypass_layer=self.bypass[layer])
+
 class DecodePlan:
     """One decode step on the GPU with every buffer allocated up front: :meth:`launch` only launches
     kernels (stage 1, then the merge), so it can be timed with events or captured in a CUDA graph."""
@@ -375,21 +398,19 @@ class DecodePlan:
         self.lse = cp.empty((B, Hq), cp.float32)
         self.log_a = cp.empty((B, Hq), cp.float32)
         self.cmax = cp.empty((B, Hq), cp.float32)
-        cfg = p.config
-        k0, k1 = cfg.seed_words
+        data, scales, outl, wit, bypass, (gs, k0, k1, bits, beta) = dev.store(layer)
         G = Hq // p.num_kv_heads
-        self.stage1 = kernel("decode.cu", None, f"decode_stage1<{d}, {G}>")
+        fp16 = "true" if dev.fp16_store else "false"
+        self.stage1 = kernel("decode.cu", None, f"decode_stage1<{d}, {G}, {fp16}>")
         self.merge = kernel("decode.cu", "decode_merge")
         logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
         self.grid1 = (ns, p.num_kv_heads, B)
-        self.args1 = (self.q, p.codes, p.scales.view(cp.uint16), p.outliers.view(cp.uint16),
-                      p.witness.view(cp.uint16), dev.bypass[layer], dev.band_ch, self.ip, self.ix, self.ll,
+        self.args1 = (self.q, data, scales, outl, wit, bypass, dev.band_ch, self.ip, self.ix, self.ll,
                       self.o_part, self.lse_part, self.lam_part, self.cmax_part, np.int64(p.num_slots), _i32(B),
-                      _i32(p.num_kv_heads), _i32(layer), _i32(cfg.group_size), _i32(dev.bypass.shape[-1]),
-                      _i32(cfg.witness_bands), _i32(int(math.log2(p.page_size))), _i32(p.num_pages),
-                      _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)), _i32(cfg.dither_bits),
-                      np.uint32(k0), np.uint32(k1), np.float32(sm_scale), np.float32(logb),
-                      cert_mod.beta_steps(cfg.dither_bits))
+                      _i32(p.num_kv_heads), _i32(layer), _i32(gs), _i32(bypass.shape[-1]), _i32(dev.num_bands),
+                      _i32(int(math.log2(p.page_size))), _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns),
+                      _i32(cert_mod.tier_code(cert)), _i32(bits), np.uint32(k0), np.uint32(k1),
+                      np.float32(sm_scale), np.float32(logb), np.float32(beta))
         self.args2 = (self.o_part, self.lse_part, self.lam_part, self.cmax_part, _i32(ns), _i32(d), self.o,
                       self.lse, self.log_a, self.cmax)
 
@@ -410,3 +431,49 @@ class DecodePlan:
         risk = cert_mod.risk_from_log_a(self.log_a, cp)
         return DecodeResult(self.o, self.lse, self.log_a, risk, cert_mod.tv_bound(risk, self.cmax, cp), self.cmax,
                             num_splits=self.ns)
+
+
+class Fp16PoolDevice(_DeviceBase):
+    """Device-side state and launches of a ``backend='cuda'`` :class:`~witcert_cupy.Fp16Pool`."""
+
+    fp16_store = True
+
+    def __init__(self, pool):
+        super().__init__(pool, np.zeros((pool.num_layers, pool.num_kv_heads, 0), np.int32), pool.band_ch)
+        import cupy as cp
+
+        self._none = cp.zeros(8, cp.uint16)
+
+    def store(self, layer):
+        import cupy as cp
+
+        p = self.pool
+        return (p.values.view(cp.uint16), self._none, self._none, p.witness.view(cp.uint16), self.bypass[layer],
+                (p.head_dim, 0, 0, 8, 0.0))
+
+    def write(self, layer, slots, rows):
+        import cupy as cp
+
+        p = self.pool
+        shape = (None, p.num_kv_heads, p.head_dim)
+        kd, code = _input("k", rows["k"], shape)
+        n = kd.shape[0]
+        vd, code_v = _input("v", rows["v"], (n, p.num_kv_heads, p.head_dim))
+        if code_v != code:
+            vd = vd.astype(kd.dtype)
+        # stored rows per side, in their own dtype (rounded to fp16 in the kernel, like the CPU);
+        # a null pointer serves the exact row
+        st = [(np.uint64(0), 0), (np.uint64(0), 0)]
+        for j, name in enumerate(("k_stored", "v_stored")):
+            if name in rows:
+                st[j] = _input(name, rows[name], (n, p.num_kv_heads, p.head_dim))
+        s = _slots64("slots", slots)
+        if s.shape[0] != n:
+            raise ValueError(f"slots must have shape [{n}] (one per row of k), got {list(s.shape)}")
+        if n == 0:
+            return
+        kernel("write.cu", "store_fp16_rows")(
+            (n, p.num_kv_heads, 2), (p.head_dim,),
+            (kd, vd, _i32(code), st[0][0], _i32(st[0][1]), st[1][0], _i32(st[1][1]), s, _i32(n), _i32(p.num_kv_heads), np.int64(p.num_slots), _i32(p.head_dim), _i32(layer),
+             _i32(self.num_bands), self.band_ch, p.values.view(cp.uint16), p.witness.view(cp.uint16),
+             np.uint64(self.exact_ptr), self.counters))

@@ -36,6 +36,28 @@ def _float_arg(name, value, *, lo_open=None, hi_open=None):
     return value
 
 
+def pair_channels(head_dim, pairs, rope) -> np.ndarray:
+    """Channels ``[..., 2]`` of RoPE pair indices: NeoX ``{i, i + d/2}``, GPT-J ``{2i, 2i + 1}`` (SPEC §3)."""
+    pairs = np.asarray(pairs, dtype=np.int64)
+    if rope == "neox":
+        return np.stack([pairs, pairs + head_dim // 2], axis=-1)
+    if rope == "gptj":
+        return np.stack([2 * pairs, 2 * pairs + 1], axis=-1)
+    raise ValueError(f"rope must be one of {sorted(C.ROPE_LAYOUTS)}, got {rope!r}")
+
+
+def band_channels(head_dim, witness_bands, rope) -> np.ndarray:
+    """int32 ``[B, d / B]``: the channels of each Tier-A band, whole RoPE pairs in pair order (SPEC §3)."""
+    if witness_bands == 0:
+        return np.zeros((0, 0), np.int32)
+    if (head_dim // 2) % witness_bands:
+        raise ValueError(f"witness_bands ({witness_bands}) must divide head_dim // 2 ({head_dim // 2})")
+    per = head_dim // (2 * witness_bands)
+    pairs = np.arange(head_dim // 2).reshape(witness_bands, per)
+    return np.ascontiguousarray(pair_channels(head_dim, pairs, rope).reshape(witness_bands, 2 * per),
+                                dtype=np.int32)
+
+
 @dataclass(frozen=True)
 class QuantConfig:
     """How K/V rows are quantized (SPEC §2–3).
@@ -124,10 +146,7 @@ class QuantConfig:
 
     def pair_channels(self, pairs) -> np.ndarray:
         """Channels ``[..., 2]`` of RoPE pair indices ``pairs`` under this layout."""
-        pairs = np.asarray(pairs, dtype=np.int64)
-        if self.rope == "neox":
-            return np.stack([pairs, pairs + self.head_dim // 2], axis=-1)
-        return np.stack([2 * pairs, 2 * pairs + 1], axis=-1)
+        return pair_channels(self.head_dim, pairs, self.rope)
 
     def bypass_channels(self, num_layers: int, num_kv_heads: int) -> np.ndarray:
         """int32 ``[num_layers, num_kv_heads, 2 * n_pairs]``: channel of each stored outlier value."""
@@ -142,12 +161,7 @@ class QuantConfig:
 
     def band_channels(self) -> np.ndarray:
         """int32 ``[witness_bands, d / witness_bands]``: channels of each band, pair by pair."""
-        nb = self.witness_bands
-        if nb == 0:
-            return np.zeros((0, 0), np.int32)
-        per = self.head_dim // (2 * nb)
-        pairs = np.arange(self.head_dim // 2).reshape(nb, per)
-        return np.ascontiguousarray(self.pair_channels(pairs).reshape(nb, 2 * per), dtype=np.int32)
+        return band_channels(self.head_dim, self.witness_bands, self.rope)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import numpy as np
 from . import certificate as cert_mod
 from .arrays import backend_of, check_float, check_int, check_range, to_cupy, to_numpy
 from .config import CertConfig, _int_arg
-from .pool import KVPool
+from .pool import Fp16Pool, KVPool, PagedPool
 from .write import check_layer_side
 
 
@@ -107,12 +107,17 @@ def default_num_splits_cpu(batch, num_kv_heads, max_pages):
 
 
 def _check_common(q, pool, layer, sm_scale, cert, num_splits):
-    if not isinstance(pool, KVPool):
-        raise TypeError(f"pool must be a KVPool, got {type(pool).__name__}")
+    if not isinstance(pool, PagedPool):
+        raise TypeError(f"pool must be a KVPool or an Fp16Pool, got {type(pool).__name__}")
     layer, _ = check_layer_side(layer, "k", pool.num_layers)
     if cert is not None and not isinstance(cert, CertConfig):
         raise TypeError(f"cert must be a CertConfig or None, got {type(cert).__name__}")
-    if cert is not None and cert.uses_witness and pool.config.witness_bands == 0:
+    if isinstance(pool, Fp16Pool) and cert is not None:
+        if cert.tier != "A":
+            raise ValueError(f"cert.tier={cert.tier!r}: an Fp16Pool has no dither, only Tier 'A' applies")
+        if pool.witness_bands == 0:
+            raise ValueError("cert.tier='A' needs a witness: build the Fp16Pool with witness_bands > 0")
+    if isinstance(pool, KVPool) and cert is not None and cert.uses_witness and pool.config.witness_bands == 0:
         raise ValueError(f"cert.tier={cert.tier!r} needs a witness: build the pool with "
                          "QuantConfig(witness_bands > 0)")
     check_float("q", q, (None, None, pool.head_dim))
@@ -136,7 +141,7 @@ def decode_attention(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len,
     Parameters
     ----------
     q : float array ``[B, Hq, d]``; ``Hq`` a multiple of the pool's ``Hkv`` (GQA group ``G``)
-    pool : KVPool
+    pool : KVPool or Fp16Pool
     layer : int
     kv_indptr : int array ``[B + 1]``; request ``b`` owns ``kv_indices[kv_indptr[b]:kv_indptr[b+1]]``
     kv_indices : int array ``[nnz_pages]``, page ids
@@ -175,8 +180,6 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns):
     from ._cpu.decode import decode_stage1, merge_splits
 
     B, Hq, d = q32.shape
-    cfg = pool.config
-    k0, k1 = cfg.seed_words
     tier = cert_mod.tier_code(cert)
     logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
     o_part = np.empty((B, Hq, ns, d), np.float32)
@@ -184,13 +187,24 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns):
     lam_part = np.empty((B, Hq, ns), np.float32)
     cmax_part = np.empty((B, Hq, ns), np.float32)
     u16 = lambda a: a.view(np.uint16)  # noqa: E731
-    decode_stage1(np.ascontiguousarray(q32), pool.codes[layer, 0], u16(pool.scales[layer, 0]),
-                  u16(pool.outliers[layer, 0]), u16(pool.witness[layer, 0]), pool.codes[layer, 1],
-                  u16(pool.scales[layer, 1]), u16(pool.outliers[layer, 1]), pool.bypass_ch[layer],
-                  pool.band_ch if pool.band_ch.size else np.zeros((0, 1), np.int32),
-                  pt.indptr, pt.indices, pt.last_page_len, pool.page_size, np.float32(sm_scale), layer,
-                  k0, k1, cfg.dither_bits, cfg.group_size, tier, logb,
-                  cert_mod.beta_steps(cfg.dither_bits), ns, o_part, lse_part, lam_part, cmax_part)
+    bands = pool.band_ch if pool.band_ch.size else np.zeros((0, 1), np.int32)
+    if isinstance(pool, KVPool):
+        cfg = pool.config
+        k0, k1 = cfg.seed_words
+        data = (pool.codes[layer, 0], u16(pool.scales[layer, 0]), u16(pool.outliers[layer, 0]),
+                u16(pool.witness[layer, 0]), pool.codes[layer, 1], u16(pool.scales[layer, 1]),
+                u16(pool.outliers[layer, 1]), pool.bypass_ch[layer])
+        quant = (k0, k1, cfg.dither_bits, cfg.group_size)
+        beta = cert_mod.beta_steps(cfg.dither_bits)
+    else:  # stored fp16 values: no scales, outliers or dither
+        none16 = np.zeros((pool.num_kv_heads, 1, 1), np.uint16)
+        data = (u16(pool.values[layer, 0]), none16, none16, u16(pool.witness[layer, 0]),
+                u16(pool.values[layer, 1]), none16, none16, np.zeros((pool.num_kv_heads, 0), np.int32))
+        quant = (0, 0, 8, d)
+        beta = np.float32(0)
+    decode_stage1(np.ascontiguousarray(q32), *data, bands, pt.indptr, pt.indices, pt.last_page_len,
+                  pool.page_size, np.float32(sm_scale), layer, *quant, tier, logb, beta, ns,
+                  isinstance(pool, Fp16Pool), o_part, lse_part, lam_part, cmax_part)
     o = np.empty((B, Hq, d), np.float32)
     lse = np.empty((B, Hq), np.float32)
     log_a = np.empty((B, Hq), np.float32)

@@ -1,4 +1,8 @@
-"""KVPool: paged quantized K/V storage, its exact byte account, and the host backing store."""
+"""Paged K/V storage: :class:`KVPool` (dithered INT8, the product) and :class:`Fp16Pool` (stored
+fp16 values with an optional Tier-A witness: an fp16 cache, or a black-box scheme's output).
+
+Both share the page geometry, argument checks, byte accounting and the exact host backing store
+(:class:`PagedPool`)."""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import numpy as np
 
 from . import _contract as C
 from .arrays import backend_of, check_float, check_int, check_range, to_cupy, to_numpy
-from .config import QuantConfig, _int_arg
+from .config import QuantConfig, _int_arg, band_channels
 from .write import check_layer_side, to_fp16_bits
 
 
@@ -19,7 +23,121 @@ def cuda_available() -> bool:
         return False
 
 
-class KVPool:
+class PagedPool:
+    """Page geometry, backend, the exact fp16 backing store and write-argument checks.
+
+    ``num_slots = num_pages * page_size``; slot ``page * page_size + offset``.  Storage arrays are
+    ``[L, 2, Hkv, num_slots, *]`` with side 0 = K, 1 = V.  ``exact`` (host, fp16, same layout with
+    ``d`` channels) exists when ``keep_exact``.
+    """
+
+    def __init__(self, num_layers, num_kv_heads, head_dim, num_pages, page_size, *, backend="auto",
+                 keep_exact=False):
+        self.num_layers = _int_arg("num_layers", num_layers, lo=1, hi=C.MAX_LAYER)
+        self.num_kv_heads = _int_arg("num_kv_heads", num_kv_heads, lo=1, hi=C.MAX_KV_HEAD)
+        self.head_dim = _int_arg("head_dim", head_dim, lo=2)
+        self.page_size = _int_arg("page_size", page_size, lo=1, hi=128)
+        if self.page_size & (self.page_size - 1):
+            raise ValueError(f"page_size must be a power of two, got {self.page_size}")
+        self.num_pages = _int_arg("num_pages", num_pages, lo=1)
+        if self.num_pages * self.page_size > C.MAX_SLOTS:
+            raise ValueError(f"num_pages * page_size must be <= 2**32 (slot ids are 32-bit), got "
+                             f"{self.num_pages * self.page_size}")
+        if backend not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"backend must be 'auto', 'cpu' or 'cuda', got {backend!r}")
+        if backend == "auto":
+            backend = "cuda" if cuda_available() else "cpu"
+        if backend == "cuda" and not cuda_available():
+            raise ValueError("backend='cuda' needs CuPy and a CUDA device")
+        self.backend = backend
+        self.keep_exact = bool(keep_exact)
+        shape = (self.num_layers, 2, self.num_kv_heads, self.num_slots, self.head_dim)
+        self.exact = np.zeros(shape, np.float16) if self.keep_exact else None
+        # rows (token, kv head, side) written with a NaN/inf: readable without a per-step host sync
+        self.nonfinite_writes = self.xp.zeros(1, self.xp.int64)
+
+    @property
+    def xp(self):
+        if self.backend == "cuda":
+            import cupy
+
+            return cupy
+        return np
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_pages * self.page_size
+
+    def fp16_bytes_per_token(self) -> int:
+        """What an fp16 KV cache of the same shape stores per token (all layers, heads, K and V)."""
+        return self.num_layers * self.num_kv_heads * 2 * 2 * self.head_dim
+
+    def bytes_per_token(self) -> int:
+        """Stored bytes per token over all layers, KV heads and both sides (SPEC §3)."""
+        return self.num_layers * self.num_kv_heads * 2 * self.bytes_per_token_side()
+
+    def _storage(self):
+        raise NotImplementedError
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated for the cache (equals ``bytes_per_token() * num_slots``)."""
+        return int(sum(a.nbytes for a in self._storage()))
+
+    def _check_write(self, layer, slots, rows):
+        """Validate a write on the host; returns ``(layer, slots int64, [host rows])``.
+
+        Raises TypeError/ValueError/IndexError naming the argument; nothing is written before this
+        returns.
+        """
+        layer, _ = check_layer_side(layer, "k", self.num_layers)
+        be = backend_of(slots=slots, **rows)
+        if be != self.backend:
+            raise TypeError(f"{', '.join(['slots', *rows])} must be "
+                            f"{'CUDA' if self.backend == 'cuda' else 'NumPy'} arrays for this {self.backend} pool")
+        if be == "cuda":
+            return layer, slots, rows
+        s = to_numpy("slots", slots)
+        check_int("slots", s)
+        out, n = {}, None
+        for name, x in rows.items():
+            xh = to_numpy(name, x)
+            check_float(name, xh, (n, self.num_kv_heads, self.head_dim))
+            n = xh.shape[0]
+            out[name] = xh
+        if s.shape[0] != n:
+            raise ValueError(f"slots must have shape [{n}] (one per row of k), got {list(s.shape)}")
+        check_range("slots", s, 0, self.num_slots)
+        if np.unique(s).size != n:
+            raise ValueError("slots must be distinct within one write")
+        return layer, s.astype(np.int64), out
+
+    def _keep(self, layer, side, s64, bits16):
+        if self.keep_exact:
+            self.exact[layer, side][:, s64, :] = bits16.view(np.float16).transpose(1, 0, 2)
+
+    def exact_rows(self, layer, slots, side):
+        """The fp16 rows as written (``[n, Hkv, d]``, host), from the backing store."""
+        if not self.keep_exact:
+            raise ValueError("this pool was built with keep_exact=False: it has no backing store")
+        layer, side_id = check_layer_side(layer, side, self.num_layers)
+        if self.backend == "cuda":  # the kernels write the backing store through mapped memory
+            import cupy
+
+            cupy.cuda.Device().synchronize()
+        s = np.asarray(to_numpy("slots", slots) if backend_of(slots=slots) == "cpu"
+                       else to_cupy(slots).get())
+        check_int("slots", s)
+        check_range("slots", s, 0, self.num_slots)
+        return np.ascontiguousarray(self.exact[layer, side_id][:, s, :].transpose(1, 0, 2))
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(L={self.num_layers}, Hkv={self.num_kv_heads}, d={self.head_dim}, "
+                f"pages={self.num_pages}x{self.page_size}, backend={self.backend!r}, "
+                f"{self.bytes_per_token()} B/token vs fp16 {self.fp16_bytes_per_token()})")
+
+
+class KVPool(PagedPool):
     """A paged INT8 KV cache with per-group fp16 scales, exact outlier pairs and optional witness.
 
     Storage (per layer ``l``, side ``s`` in {0: K, 1: V}, kv head ``h``, slot ``t``), all on the
@@ -31,7 +149,7 @@ class KVPool:
     - ``witness``  float16 ``[L, 2, Hkv, num_slots, witness_bands]``
     - ``exact``    float16 ``[L, 2, Hkv, num_slots, d]`` in host memory, when ``keep_exact``
 
-    ``num_slots = num_pages * page_size``; slot ``page * page_size + offset`` keys the dither stream.
+    The slot id keys the dither stream (SPEC §2).
 
     Parameters
     ----------
@@ -48,74 +166,30 @@ class KVPool:
                  backend="auto", keep_exact=False):
         if not isinstance(config, QuantConfig):
             raise TypeError(f"config must be a QuantConfig, got {type(config).__name__}")
-        self.num_layers = _int_arg("num_layers", num_layers, lo=1, hi=C.MAX_LAYER)
-        self.num_kv_heads = _int_arg("num_kv_heads", num_kv_heads, lo=1, hi=C.MAX_KV_HEAD)
-        self.head_dim = _int_arg("head_dim", head_dim, lo=2)
+        super().__init__(num_layers, num_kv_heads, head_dim, num_pages, page_size, backend=backend,
+                         keep_exact=keep_exact)
         if self.head_dim != config.head_dim:
             raise ValueError(f"head_dim ({self.head_dim}) must equal config.head_dim ({config.head_dim})")
-        self.page_size = _int_arg("page_size", page_size, lo=1, hi=128)
-        if self.page_size & (self.page_size - 1):
-            raise ValueError(f"page_size must be a power of two, got {self.page_size}")
-        self.num_pages = _int_arg("num_pages", num_pages, lo=1)
-        if self.num_pages * self.page_size > C.MAX_SLOTS:
-            raise ValueError(f"num_pages * page_size must be <= 2**32 (slot ids are 32-bit), got "
-                             f"{self.num_pages * self.page_size}")
-        if backend not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"backend must be 'auto', 'cpu' or 'cuda', got {backend!r}")
-        if backend == "auto":
-            backend = "cuda" if cuda_available() else "cpu"
-        if backend == "cuda" and not cuda_available():
-            raise ValueError("backend='cuda' needs CuPy and a CUDA device")
-        self.backend = backend
         self.config = config
-        self.keep_exact = bool(keep_exact)
         # validates outlier_pairs against (L, Hkv) now rather than at the first write
         self.bypass_ch = config.bypass_channels(self.num_layers, self.num_kv_heads)
         self.band_ch = config.band_channels()
-
         xp = self.xp
         L, H, N, d = self.num_layers, self.num_kv_heads, self.num_slots, self.head_dim
         self.codes = xp.zeros((L, 2, H, N, d), xp.int8)
         self.scales = xp.zeros((L, 2, H, N, config.num_groups), xp.float16)
         self.outliers = xp.zeros((L, 2, H, N, 2 * config.n_pairs), xp.float16)
         self.witness = xp.zeros((L, 2, H, N, config.witness_bands), xp.float16)
-        self.exact = np.zeros((L, 2, H, N, d), np.float16) if self.keep_exact else None
-        # rows (token, kv head, side) written with a NaN/inf: readable without a per-step host sync
-        self.nonfinite_writes = xp.zeros(1, xp.int64)
-        if backend == "cuda":
+        if self.backend == "cuda":
             from . import _cuda
 
             self._dev = _cuda.PoolDevice(self)
 
-    # ------------------------------------------------------------------ properties
-    @property
-    def xp(self):
-        if self.backend == "cuda":
-            import cupy
+    def bytes_per_token_side(self) -> int:
+        return self.config.bytes_per_token_side()
 
-            return cupy
-        return np
-
-    @property
-    def num_slots(self) -> int:
-        return self.num_pages * self.page_size
-
-    def bytes_per_token(self) -> int:
-        """Quantized bytes per token over all layers, KV heads and both sides (SPEC §3)."""
-        return self.num_layers * self.num_kv_heads * 2 * self.config.bytes_per_token_side()
-
-    def fp16_bytes_per_token(self) -> int:
-        """What an fp16 KV cache of the same shape stores per token."""
-        return self.num_layers * self.num_kv_heads * 2 * 2 * self.head_dim
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes allocated for quantized storage (equals ``bytes_per_token() * num_slots``)."""
-        return int(self.codes.nbytes + self.scales.nbytes + self.outliers.nbytes + self.witness.nbytes)
-
-    # ------------------------------------------------------------------ write
-    def _check_rows(self, name, x, n=None):
-        check_float(name, x, (n, self.num_kv_heads, self.head_dim))
+    def _storage(self):
+        return self.codes, self.scales, self.outliers, self.witness
 
     def write(self, layer, slots, k, v):
         """Quantize and store K and V rows of one layer at ``slots``.
@@ -126,47 +200,31 @@ class KVPool:
         slots : int array ``[n]``, distinct, each in ``[0, num_slots)``
         k, v : float arrays ``[n, Hkv, d]`` (rounded to fp16 on entry), on the pool's device
 
-        Nothing is written if any argument is invalid.
+        Nothing is written if any argument is invalid.  On the GPU (no host synchronisation) rows
+        whose slot is out of range are dropped and counted in ``_dev.bad_slot_writes``.
         """
-        layer, _ = check_layer_side(layer, "k", self.num_layers)
-        be = backend_of(slots=slots, k=k, v=v)
-        if be != self.backend:
-            raise TypeError(f"slots, k and v must be {'CUDA' if self.backend == 'cuda' else 'NumPy'} "
-                            f"arrays for this {self.backend} pool")
-        if be == "cuda":
+        layer, s64, rows = self._check_write(layer, slots, {"k": k, "v": v})
+        if self.backend == "cuda":
             self._dev.write(layer, to_cupy(slots), to_cupy(k), to_cupy(v))
             return
-        s = to_numpy("slots", slots)
-        kh, vh = to_numpy("k", k), to_numpy("v", v)
-        check_int("slots", s)
-        self._check_rows("k", kh)
-        n = kh.shape[0]
-        self._check_rows("v", vh, n)
-        if s.shape[0] != n:
-            raise ValueError(f"slots must have shape [{n}] (one per row of k), got {list(s.shape)}")
-        check_range("slots", s, 0, self.num_slots)
-        if np.unique(s).size != n:
-            raise ValueError("slots must be distinct within one write")
         from ._cpu.write import write_rows
 
         cfg = self.config
         k0, k1 = cfg.seed_words
-        s64 = s.astype(np.int64)
+        n = s64.shape[0]
         zeros = np.zeros(n, np.int64)
         poisoned = np.zeros((n, self.num_kv_heads), np.uint8)
-        for side, x in ((0, kh), (1, vh)):
-            bits16 = to_fp16_bits("k" if side == 0 else "v", x)
+        for side, name in ((0, "k"), (1, "v")):
+            bits16 = to_fp16_bits(name, rows[name])
             write_rows(bits16, s64, s64, zeros, side, layer, k0, k1, cfg.dither_bits, cfg.group_size,
                        self.bypass_ch[layer], self.band_ch, self.codes[layer, side],
                        self.scales[layer, side].view(np.uint16),
                        self.outliers[layer, side].view(np.uint16),
                        self.witness[layer, side].view(np.uint16), poisoned)
-            if self.keep_exact:
-                self.exact[layer, side][:, s64, :] = bits16.view(np.float16).transpose(1, 0, 2)
-            self.nonfinite_writes[0] += int(poisoned.sum())
+            self._keep(layer, side, s64, bits16)
+            self.nonfinite_writes[0] += int(poisoned.sum())  # rows of this side
             poisoned[:] = 0
 
-    # ------------------------------------------------------------------ read helpers
     def dequantized(self, layer, slots, side):
         """Reconstructed rows ``x̂`` (float32 ``[n, Hkv, d]``) at ``slots`` — what decode reads."""
         layer, side_id = check_layer_side(layer, side, self.num_layers)
@@ -187,22 +245,92 @@ class KVPool:
                      cfg.group_size, self.bypass_ch[layer], out)
         return out
 
-    def exact_rows(self, layer, slots, side):
-        """The fp16 rows as written (``[n, Hkv, d]``, host), from the backing store."""
-        if not self.keep_exact:
-            raise ValueError("this pool was built with keep_exact=False: it has no backing store")
+
+class Fp16Pool(PagedPool):
+    """A paged cache of stored fp16 values with an optional Tier-A witness (SPEC §3, black boxes).
+
+    With no witness it is a plain fp16 KV cache (our own fp16 decode baseline).  With
+    ``witness_bands > 0`` each write may pass what a compression scheme reconstructs
+    (``k_stored``/``v_stored``); the pool stores it and the witness ``||stored − exact||`` per RoPE
+    band, and :func:`~witcert_cupy.decode_attention` meters it with Tier A and the tanh bound.
+
+    Storage: ``values`` float16 ``[L, 2, Hkv, num_slots, d]``, ``witness`` float16
+    ``[L, 2, Hkv, num_slots, witness_bands]``, ``exact`` (host, when ``keep_exact``).
+
+    Parameters
+    ----------
+    num_layers, num_kv_heads, head_dim, num_pages, page_size : int
+    witness_bands : int
+        0 (no certificate) or a divisor of ``head_dim // 2``.
+    rope : {'neox', 'gptj'}
+        RoPE pair layout of the bands.
+    backend, keep_exact : as for :class:`KVPool`
+    """
+
+    def __init__(self, num_layers, num_kv_heads, head_dim, num_pages, page_size, *, witness_bands=0,
+                 rope="neox", backend="auto", keep_exact=False):
+        super().__init__(num_layers, num_kv_heads, head_dim, num_pages, page_size, backend=backend,
+                         keep_exact=keep_exact)
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim must be even, got {self.head_dim}")
+        self.witness_bands = _int_arg("witness_bands", witness_bands, lo=0)
+        self.band_ch = band_channels(self.head_dim, self.witness_bands, rope)
+        self.rope = rope
+        xp = self.xp
+        L, H, N, d = self.num_layers, self.num_kv_heads, self.num_slots, self.head_dim
+        self.values = xp.zeros((L, 2, H, N, d), xp.float16)
+        self.witness = xp.zeros((L, 2, H, N, self.witness_bands), xp.float16)
+        if self.backend == "cuda":
+            from . import _cuda
+
+            self._dev = _cuda.Fp16PoolDevice(self)
+
+    def bytes_per_token_side(self) -> int:
+        return 2 * self.head_dim + 2 * self.witness_bands
+
+    def _storage(self):
+        return self.values, self.witness
+
+    def write(self, layer, slots, k, v, *, k_stored=None, v_stored=None):
+        """Store rows of one layer at ``slots``.
+
+        Parameters
+        ----------
+        layer : int
+        slots : int array ``[n]``, distinct, each in ``[0, num_slots)``
+        k, v : float arrays ``[n, Hkv, d]``: the exact rows (rounded to fp16 on entry)
+        k_stored, v_stored : float arrays ``[n, Hkv, d]`` or None
+            What the cache should serve instead (a scheme's reconstruction, rounded to fp16);
+            None stores the exact rows (witness 0).
+        """
+        rows = {"k": k, "v": v}
+        if k_stored is not None:
+            rows["k_stored"] = k_stored
+        if v_stored is not None:
+            rows["v_stored"] = v_stored
+        layer, s64, rows = self._check_write(layer, slots, rows)
+        if self.backend == "cuda":
+            self._dev.write(layer, to_cupy(slots), {n: to_cupy(x) for n, x in rows.items()})
+            return
+        from ._cpu.write import store_fp16_rows
+
+        n = s64.shape[0]
+        poisoned = np.zeros((n, self.num_kv_heads), np.uint8)
+        for side, name in ((0, "k"), (1, "v")):
+            exact = to_fp16_bits(name, rows[name])
+            stored = to_fp16_bits(name + "_stored", rows[name + "_stored"]) if name + "_stored" in rows else exact
+            store_fp16_rows(exact, stored, s64, self.band_ch, self.values[layer, side].view(np.uint16),
+                            self.witness[layer, side].view(np.uint16), poisoned)
+            self._keep(layer, side, s64, exact)
+            self.nonfinite_writes[0] += int(poisoned.sum())
+            poisoned[:] = 0
+
+    def dequantized(self, layer, slots, side):
+        """The stored rows as float32 ``[n, Hkv, d]`` — what decode reads."""
         layer, side_id = check_layer_side(layer, side, self.num_layers)
-        if self.backend == "cuda":  # the kernels write the backing store through mapped memory
-            import cupy
-
-            cupy.cuda.Device().synchronize()
-        s = np.asarray(to_numpy("slots", slots) if backend_of(slots=slots) == "cpu"
-                       else to_cupy(slots).get())
+        xp = self.xp
+        s = to_cupy(slots) if self.backend == "cuda" else to_numpy("slots", slots)
         check_int("slots", s)
-        check_range("slots", s, 0, self.num_slots)
-        return np.ascontiguousarray(self.exact[layer, side_id][:, s, :].transpose(1, 0, 2))
-
-    def __repr__(self):
-        return (f"KVPool(L={self.num_layers}, Hkv={self.num_kv_heads}, d={self.head_dim}, "
-                f"pages={self.num_pages}x{self.page_size}, backend={self.backend!r}, "
-                f"{self.bytes_per_token()} B/token vs fp16 {self.fp16_bytes_per_token()})")
+        if self.backend == "cpu":
+            check_range("slots", s, 0, self.num_slots)
+        return xp.ascontiguousarray(self.values[layer, side_id][:, s, :].transpose(1, 0, 2)).astype(xp.float32)

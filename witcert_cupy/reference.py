@@ -113,7 +113,7 @@ def request_rows(pool, layer, page_table, b):
     """Exact and reconstructed K/V of request ``b`` (host float64 / float32 arrays).
 
     Returns ``dict(slots, k_exact, v_exact, k_hat, v_hat, k_scales, k_witness)``, rows in sequence
-    order; ``*_exact`` need ``pool.keep_exact``.
+    order; ``*_exact`` need ``pool.keep_exact``; ``k_scales`` only for a :class:`KVPool`.
     """
     slots = page_table.slots(b, pool.page_size)
     out = {"slots": slots}
@@ -122,7 +122,8 @@ def request_rows(pool, layer, page_table, b):
     if pool.keep_exact:
         out["k_exact"] = pool.exact_rows(layer, slots, "k").astype(np.float64)
         out["v_exact"] = pool.exact_rows(layer, slots, "v").astype(np.float64)
-    out["k_scales"] = _host(pool.scales[layer, 0][:, _dev(pool, slots)]).transpose(1, 0, 2)
+    if hasattr(pool, "scales"):  # an INT8 KVPool (an Fp16Pool has none)
+        out["k_scales"] = _host(pool.scales[layer, 0][:, _dev(pool, slots)]).transpose(1, 0, 2)
     out["k_witness"] = _host(pool.witness[layer, 0][:, _dev(pool, slots)]).transpose(1, 0, 2)
     return out
 

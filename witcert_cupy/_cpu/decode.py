@@ -30,11 +30,14 @@ def _finite_or_inf(c):
 def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v,
                   bypass_ch, band_ch, kv_indptr, kv_indices, kv_last_page_len, page_size,
                   sm_scale, layer, k0, k1, bits, group_size, tier, log_budget, beta_steps,
-                  num_splits, o_part, lse_part, lam_part, cmax_part):
+                  num_splits, fp16_store, o_part, lse_part, lam_part, cmax_part):
     """Stage 1 over work units ``(b, kv_head, split)``.
 
     q : float32 ``[B, Hq, d]``; ``codes_* int8 [Hkv, N, d]``; ``scales_*``, ``outl_*``, ``wit_k``:
     fp16 bits ``uint16 [Hkv, N, *]``; ``bypass_ch int32 [Hkv, 2 n_pairs]``; ``band_ch int32 [B_w, *]``.
+    With ``fp16_store`` the ``codes_*`` are fp16 bit patterns ``uint16 [Hkv, N, d]`` of stored values
+    (an fp16 cache or a black-box scheme's x̂), no dither or scales are involved, and only Tier A
+    (from the witness) is available.
     ``log_budget`` = ``log(2 / δ_loc)`` (float32, rounded up); the kernel adds ``log S``.
     Outputs ``o_part [B, Hq, ns, d]``, ``lse_part``, ``lam_part``, ``cmax_part [B, Hq, ns]``.
     Empty splits write ``lse = λ = -inf``; a split that meets a page index outside the pool, a
@@ -114,12 +117,17 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
             ntok = last if pi == npages - 1 else page_size
             for off in range(ntok):
                 slot = page * page_size + off
-                dither_row(xi, slot, 0, layer, h, 0, k0, k1, bits)
-                reconstruct_row(kh, codes_k[h, slot], scales_k[h, slot], outl_k[h, slot], xi,
-                                bypass_ch[h], group_size)
-                dither_row(xi, slot, 1, layer, h, 0, k0, k1, bits)
-                reconstruct_row(vh, codes_v[h, slot], scales_v[h, slot], outl_v[h, slot], xi,
-                                bypass_ch[h], group_size)
+                if fp16_store:
+                    for c in range(d):
+                        kh[c] = f16_bits_to_f32(codes_k[h, slot, c])
+                        vh[c] = f16_bits_to_f32(codes_v[h, slot, c])
+                else:
+                    dither_row(xi, slot, 0, layer, h, 0, k0, k1, bits)
+                    reconstruct_row(kh, codes_k[h, slot], scales_k[h, slot], outl_k[h, slot], xi,
+                                    bypass_ch[h], group_size)
+                    dither_row(xi, slot, 1, layer, h, 0, k0, k1, bits)
+                    reconstruct_row(vh, codes_v[h, slot], scales_v[h, slot], outl_v[h, slot], xi,
+                                    bypass_ch[h], group_size)
                 for g in range(G):
                     dot = np.float32(0.0)
                     for c in range(d):

@@ -88,21 +88,53 @@ def write_rows(x_bits, dest_rows, slots, epochs, side, layer, k0, k1, bits, grou
                 xhat[c] = sb * (k - xi[c])
         for j in range(npb):
             outliers[h, row, j] = x_bits[i, h, bypass_ch[h, j]]
-        # Witness: ||x̂_b - x_b||_2 with every fp32 step rounded up (next_up after round-to-nearest),
-        # so the stored value bounds the exact norm for any band width (docs/certificate.md §3).
         for b in range(nbands):
-            if row_bad:
-                witness[h, row, b] = _INF16
-                continue
-            acc = np.float32(0.0)
-            for jj in range(band_ch.shape[1]):
-                c = band_ch[b, jj]
-                if byp[c]:
-                    continue
-                acc = next_up(acc + square_up(next_up(abs(xhat[c] - x[c]))))
-            w = next_up(np.sqrt(acc)) * _MARGIN
-            witness[h, row, b] = np.uint16(f32_to_f16_bits_ru(w))
+            witness[h, row, b] = _INF16 if row_bad else band_witness(xhat, x, byp, band_ch[b])
         if row_bad:
+            poisoned[i, h] = 1
+
+
+@njit(inline="always", cache=True)
+def band_witness(xhat, x, byp, channels):
+    """fp16 bits of ``||x̂_b − x_b||_2 · (1 + 2^-20)``, rounded up, over ``channels`` (SPEC §3.5).
+
+    Every fp32 step is rounded up (next_up after round-to-nearest; squares below the smallest normal
+    become it), so the stored value bounds the exact norm for any band width (docs/certificate.md §3).
+    The order is fixed (channel list order), which makes the result bit-identical to the CUDA twin.
+    """
+    acc = np.float32(0.0)
+    for jj in range(channels.shape[0]):
+        c = channels[jj]
+        if byp[c]:
+            continue
+        acc = next_up(acc + square_up(next_up(abs(xhat[c] - x[c]))))
+    return np.uint16(f32_to_f16_bits_ru(next_up(np.sqrt(acc)) * _MARGIN))
+
+
+@njit(parallel=True, cache=True)
+def store_fp16_rows(exact_bits, stored_bits, dest_rows, band_ch, values, witness, poisoned):
+    """Write ``stored_bits`` (fp16 ``[n, H, d]``) as the rows ``dest_rows`` of ``values [H, R, d]`` and
+    the Tier-A witness of ``stored − exact`` into ``witness [H, R, B]`` (black-box schemes, SPEC §3).
+    A row with a non-finite exact or stored value gets an infinite witness and is counted."""
+    n, H, d = exact_bits.shape
+    nbands = band_ch.shape[0]
+    for it in prange(n * H):
+        i = it // H
+        h = it % H
+        row = dest_rows[i]
+        x = np.empty(d, np.float32)
+        xs = np.empty(d, np.float32)
+        byp = np.zeros(d, np.bool_)
+        bad = False
+        for c in range(d):
+            x[c] = f16_bits_to_f32(exact_bits[i, h, c])
+            xs[c] = f16_bits_to_f32(stored_bits[i, h, c])
+            values[h, row, c] = stored_bits[i, h, c]
+            if not (is_finite32(x[c]) and is_finite32(xs[c])):
+                bad = True
+        for b in range(nbands):
+            witness[h, row, b] = _INF16 if bad else band_witness(xs, x, byp, band_ch[b])
+        if bad:
             poisoned[i, h] = 1
 
 
