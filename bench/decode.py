@@ -126,10 +126,10 @@ class Int8Case:
     def bytes_moved(self):
         return self.B * self.hkv * self.ctx * 2 * self.cfg.bytes_per_token_side()
 
-    def plans(self, bits, cert):
+    def plans(self, bits, cert, unroll=0):
         self.pool.config = dataclasses.replace(self.cfg, dither_bits=bits)
         c = wc.CertConfig(tier="B", num_layers=32, steps=1024) if cert else None
-        return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), c, None)
+        return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), c, None, unroll)
                 for r in range(self.rot)]
 
     def check(self, bits, cert):
@@ -209,8 +209,12 @@ def main():
     ap.add_argument("--quick", action="store_true", help="a subset of shapes (first look)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--sweep", action="store_true", help="tokens-per-step (U) sweep of the INT8 kernel only")
     args = ap.parse_args()
     import torch
+
+    if args.sweep:
+        return sweep(args)
 
     batches, heads, ctxs = [1, 8, 32], [(32, 8), (28, 4)], [4096, 32768, 131072]
     bits_list = [8, 16, 24]
@@ -289,6 +293,27 @@ def main():
         print(f"{r['method']:<18}{r['batch']:>4}{str(r['hq']) + '/' + str(r['hkv']):>8}{r['context']:>8}"
               f"{str(r['page_size'] or '-'):>4}{str(r['dither_bits'] or '-'):>5}{str(r['cert']):>6}"
               f"{r['us']:>10.1f}{r['gbps']:>8.0f}{r['ratio_sdpa']:>7.2f}")
+
+
+def sweep(args):
+    """Side by side in one run: the INT8 kernel's tokens-per-step U at a few shapes, cert on/off."""
+    l2 = l2_bytes()
+    rows = []
+    for B, hq, hkv, ctx in ((8, 32, 8, 32768), (8, 28, 4, 32768), (1, 32, 8, 32768), (32, 32, 8, 4096)):
+        case = Int8Case(B, hq, hkv, ctx, PAGE, rotations(B * hkv * ctx * 272, l2))
+        for unroll in (1, 2, 4):
+            for cert in (True, False):
+                plans = case.plans(8, cert, unroll)
+                us, _ = time_cupy([p.launch for p in plans], args.reps)
+                rows.append(dict(method=f"witcert_int8_U{unroll}", batch=B, hq=hq, hkv=hkv, context=ctx, cert=cert,
+                                 us=us, gbps=case.bytes_moved() / us / 1e3))
+                print(f"sweep B={B} {hq}/{hkv} ctx={ctx} U={unroll} cert={cert}: {us:8.1f} us "
+                      f"{rows[-1]['gbps']:6.0f} GB/s", flush=True)
+        case = None
+        cp.get_default_memory_pool().free_all_blocks()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"decode-sweep-{datetime.date.today().isoformat()}.json").write_text(json.dumps(rows, indent=1))
 
 
 def plot(rows, path):

@@ -29,3 +29,4 @@ else
   python3 bench/decode.py --quick --out "$OUT" 2>&1 | tee "$OUT/bench_decode.log" | tail -30
 fi
 python3 bench/write.py --out "$OUT" 2>&1 | tail -6
+if [ "$MODE" = full ]; then python3 bench/decode.py --sweep --out "$OUT" 2>&1 | tail -30; fi

@@ -95,45 +95,39 @@ __device__ __forceinline__ void lane_xi_kv(float (&xk)[VEC], float (&xv)[VEC], u
     }
 }
 
-// x̂ of this lane's 8 channels of one row (same expression as the write path: no contraction).
-__device__ __forceinline__ void lane_dequant(float (&x)[VEC], const i8* codes_row, float sb, const float (&xi)[VEC]) {
-    const int2 raw = *reinterpret_cast<const int2*>(codes_row);
+// x̂ of this lane's 8 channels from an already loaded 8-byte code vector.
+__device__ __forceinline__ void lane_dequant_raw(float (&x)[VEC], int2 raw, float sb, const float (&xi)[VEC]) {
     const i8* cb = reinterpret_cast<const i8*>(&raw);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) x[i] = __fmul_rn(sb, __fsub_rn((float)cb[i], xi[i]));
 }
 
-// The stored fp16 values of this lane's 8 channels (one 16-byte load).
-__device__ __forceinline__ void lane_load_f16(float (&x)[VEC], const u16* row) {
-    const int4 raw = *reinterpret_cast<const int4*>(row);
+// The stored fp16 values of this lane's 8 channels from an already loaded 16-byte vector.
+__device__ __forceinline__ void lane_f16_raw(float (&x)[VEC], int4 raw) {
     const u16* hb = reinterpret_cast<const u16*>(&raw);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) x[i] = f16_to_f32(hb[i]);
 }
 
-// This lane's 8 channels of one stored row (`row` = pool row index): dequantized INT8 with the
-// outlier channels restored, or the stored fp16 values.  Returns the row's scale (0 for fp16).
-template <int D, bool FP16>
-__device__ __forceinline__ float lane_row(float (&x)[VEC], const DecodeArgs& a, i64 row, int cl,
-                                          const float (&xi)[VEC], bool bypass_lane, const short* oidx, int NG) {
-    if constexpr (FP16) {
-        lane_load_f16(x, reinterpret_cast<const u16*>(a.codes) + row * D + cl * VEC);
-        return 0.0f;
-    } else {
-        const float sb = f16_to_f32(a.scales[row * NG + (cl * VEC) / a.gs]);
-        lane_dequant(x, a.codes + row * D + cl * VEC, sb, xi);
-        if (bypass_lane) {
+// One lane's raw share of a row: 8 int8 codes (8 bytes) or 8 fp16 values (16 bytes).
+template <bool FP16> struct RawRow { typedef int2 T; };
+template <> struct RawRow<true> { typedef int4 T; };
+
+// Restore the exact outlier values of this lane's bypassed channels (K and V rows).
+__device__ __forceinline__ void lane_outliers(float (&kh)[VEC], float (&vh)[VEC], const DecodeArgs& a, i64 rowk,
+                                              i64 rowv, int cl, const short* oidx) {
 #pragma unroll
-            for (int i = 0; i < VEC; ++i) {
-                const int j = oidx[cl * VEC + i];
-                if (j >= 0) x[i] = f16_to_f32(a.outl[row * a.NP2 + j]);
-            }
+    for (int i = 0; i < VEC; ++i) {
+        const int j = oidx[cl * VEC + i];
+        if (j >= 0) {
+            kh[i] = f16_to_f32(a.outl[rowk * a.NP2 + j]);
+            vh[i] = f16_to_f32(a.outl[rowv * a.NP2 + j]);
         }
-        return sb;
     }
 }
 
-template <int D, int G, bool FP16>
+// U: tokens per lane group per step (0 = the library default for G).
+template <int D, int G, bool FP16, int U_ = 0>
 __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
     const u16* __restrict__ outl, const u16* __restrict__ wit, const int* __restrict__ bypass_ch,
@@ -148,10 +142,11 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
                           log_budget, beta_steps};
     constexpr int LPT = D / VEC;        // lanes per token
     constexpr int TPW = 32 / LPT;       // tokens per warp step
-    constexpr int TOK_STEP = TPW * DEC_WARPS;
+    constexpr int U = U_ > 0 ? U_ : (G <= 4 ? 4 : 2);  // tokens per lane group per step
+    constexpr int TOK_STEP = TPW * DEC_WARPS * U;
     __shared__ float q_s[G][D];
-    __shared__ float bq2[G][LPT];       // 2 (sm²/12) Q2_chunk log(2S/δ_loc)
-    __shared__ float bq1[G][LPT];       // sm Q1_chunk (2^-(m+1) + 2^-15)
+    __shared__ float bq2[G][D / 16];    // 2 (sm²/12) Q2_g log(2S/δ_loc), per scale group (gs >= 16)
+    __shared__ float bq1[G][D / 16];    // sm Q1_g (2^-(m+1) + 2^-15)
     __shared__ float a_band[G][64];     // sm ||q_b||  (NB <= 64)
     __shared__ short oidx[D];           // outlier slot of a bypassed channel, -1 otherwise
     __shared__ float red[DEC_WARPS][G][D + 5];
@@ -182,17 +177,18 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     for (int j = tid; j < a.NP2; j += DEC_THREADS) oidx[a.bypass_ch[h * a.NP2 + j]] = (short)j;
     __syncthreads();
     const float log_term = a.log_budget + logf((float)max(S, (i64)1));
+    const int NG = D / a.gs;
     if (a.tier & 2) {
-        for (int idx = tid; idx < G * LPT; idx += DEC_THREADS) {
-            const int g = idx / LPT, ch0 = (idx % LPT) * VEC;
+        for (int idx = tid; idx < G * NG; idx += DEC_THREADS) {
+            const int g = idx / NG, ch0 = (idx % NG) * a.gs;
             float q2 = 0.0f, q1 = 0.0f;
-            for (int i = 0; i < VEC; ++i)
+            for (int i = 0; i < a.gs; ++i)
                 if (oidx[ch0 + i] < 0) {
                     q2 += q_s[g][ch0 + i] * q_s[g][ch0 + i];
                     q1 += fabsf(q_s[g][ch0 + i]);
                 }
-            bq2[g][idx % LPT] = 2.0f * (a.sm * a.sm / 12.0f) * q2 * log_term;
-            bq1[g][idx % LPT] = a.sm * q1 * a.beta_steps;
+            bq2[g][idx % NG] = 2.0f * (a.sm * a.sm / 12.0f) * q2 * log_term;
+            bq1[g][idx % NG] = a.sm * q1 * a.beta_steps;
         }
     }
     if (a.tier & 1) {
@@ -225,94 +221,159 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     const i64 plane = a.N;  // rows per (layer, side, head)
     const i64 kbase = (((i64)a.layer * 2 + 0) * a.H + h) * plane;
     const i64 vbase = (((i64)a.layer * 2 + 1) * a.H + h) * plane;
-    const int NG = D / a.gs;
     bool bypass_lane = false;
 #pragma unroll
     for (int i = 0; i < VEC; ++i) bypass_lane |= oidx[cl * VEC + i] >= 0;
 
+    // Each lane group takes U consecutive tokens per step: every load of the U tokens is issued
+    // before any is used (memory-level parallelism), and the online softmax rescales once per U
+    // tokens (U + 1 exponentials per head instead of 2U).
     for (i64 t0 = ta; t0 < tb; t0 += TOK_STEP) {
-        const i64 t = t0 + warp * TPW + tsub;
-        bool valid = t < tb;
-        i64 slot = 0;
-        if (valid) {
-            const int page = a.kv_indices[p0 + (int)(t >> a.page_shift)];
-            if (page < 0 || page >= a.num_pages) {
-                poisoned = true;
-                valid = false;
+        const i64 tg = t0 + (i64)(warp * TPW + tsub) * U;
+        i64 slot[U];
+        bool valid[U];
+        typename RawRow<FP16>::T rk[U], rv[U];
+        u16 hk[U], hv[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const i64 t = tg + u;
+            valid[u] = t < tb;
+            slot[u] = 0;
+            if (valid[u]) {
+                const int page = a.kv_indices[p0 + (int)(t >> a.page_shift)];
+                if (page < 0 || page >= a.num_pages) {
+                    poisoned = true;
+                    valid[u] = false;
+                } else {
+                    slot[u] = ((i64)page << a.page_shift) + (t & (ps - 1));
+                }
+            }
+            if (valid[u]) {
+                const i64 rowk = kbase + slot[u], rowv = vbase + slot[u];
+                if constexpr (FP16) {
+                    rk[u] = *reinterpret_cast<const int4*>(reinterpret_cast<const u16*>(a.codes) + rowk * D + cl * VEC);
+                    rv[u] = *reinterpret_cast<const int4*>(reinterpret_cast<const u16*>(a.codes) + rowv * D + cl * VEC);
+                } else {
+                    rk[u] = *reinterpret_cast<const int2*>(a.codes + rowk * D + cl * VEC);
+                    rv[u] = *reinterpret_cast<const int2*>(a.codes + rowv * D + cl * VEC);
+                    hk[u] = a.scales[rowk * NG + (cl * VEC) / a.gs];
+                    hv[u] = a.scales[rowv * NG + (cl * VEC) / a.gs];
+                }
+            }
+        }
+        float lt[U][G], ct[U][G], vh[U][VEC];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            float xik[VEC], xiv[VEC], kh[VEC];
+            if constexpr (!FP16) lane_xi_kv(xik, xiv, (u32)slot[u], a.layer, h, cl, a.k0, a.k1, a.bits);
+            const i64 rowk = kbase + slot[u], rowv = vbase + slot[u];
+            float sk = 0.0f;
+            if (valid[u]) {
+                if constexpr (FP16) {
+                    lane_f16_raw(kh, rk[u]);
+                    lane_f16_raw(vh[u], rv[u]);
+                } else {
+                    sk = f16_to_f32(hk[u]);
+                    lane_dequant_raw(kh, rk[u], sk, xik);
+                    lane_dequant_raw(vh[u], rv[u], f16_to_f32(hv[u]), xiv);
+                    if (bypass_lane) lane_outliers(kh, vh[u], a, rowk, rowv, cl, oidx);
+                }
             } else {
-                slot = ((i64)page << a.page_shift) + (t & (ps - 1));
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) kh[i] = vh[u][i] = 0.0f;
             }
-        }
-        // K row
-        float xik[VEC], xiv[VEC], kh[VEC];
-        if constexpr (!FP16) lane_xi_kv(xik, xiv, (u32)slot, a.layer, h, cl, a.k0, a.k1, a.bits);
-        float sk = 0.0f;
-        if (valid) {
-            sk = lane_row<D, FP16>(kh, a, kbase + slot, cl, xik, bypass_lane, oidx, NG);
-        } else {
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) kh[i] = 0.0f;
-        }
-        float dot[G], cb_u[G], cb_b[G], ca[G];
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-            float d0 = 0.0f;
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) d0 += q_s[g][cl * VEC + i] * kh[i];
-            dot[g] = d0;
-            cb_u[g] = (a.tier & 2) ? sk * sk * bq2[g][cl] : 0.0f;
-            cb_b[g] = (a.tier & 2) ? sk * bq1[g][cl] : 0.0f;
-            ca[g] = 0.0f;
-        }
-        if ((a.tier & 1) && valid) {
-            for (int bb = cl; bb < a.NB; bb += LPT) {
-                const float w = f16_to_f32(a.wit[(kbase + slot) * a.NB + bb]);
-#pragma unroll
-                for (int g = 0; g < G; ++g) ca[g] += a_band[g][bb] * w;
-            }
-        }
-        group_sum<G>(dot, LPT);
-        if (a.tier & 2) {
-            group_sum<G>(cb_u, LPT);
-            group_sum<G>(cb_b, LPT);
-        }
-        if (a.tier & 1) group_sum<G>(ca, LPT);
-
-        // V row (loaded after K so that the K-only work above overlaps its latency)
-        float vh[VEC];
-        if (valid) lane_row<D, FP16>(vh, a, vbase + slot, cl, xiv, bypass_lane, oidx, NG);
-        if (valid) {
+            float dot[G], ca[G];
 #pragma unroll
             for (int g = 0; g < G; ++g) {
-                const float lt = a.sm * dot[g];
-                if (!is_finite32(lt)) poisoned = true;
-                const float mn = fmaxf(m[g], lt);
-                const float sc = expf(m[g] - mn);
-                const float p = expf(lt - mn);
-                l[g] = l[g] * sc + p;
+                float d0 = 0.0f;
 #pragma unroll
-                for (int i = 0; i < VEC; ++i) acc[g][i] = acc[g][i] * sc + p * vh[i];
-                m[g] = mn;
-                if (a.tier) {
-                    float ct = INFINITY;
-                    if (a.tier & 1) {
-                        float c1 = ca[g] * (float)WC_C_EVAL_SLACK;
-                        ct = c1 <= WC_F32_MAX ? c1 : INFINITY;
+                for (int i = 0; i < VEC; ++i) d0 += q_s[g][cl * VEC + i] * kh[i];
+                dot[g] = d0;
+                ca[g] = 0.0f;
+            }
+            if ((a.tier & 1) && valid[u]) {
+                for (int bb = cl; bb < a.NB; bb += LPT) {
+                    const float w = f16_to_f32(a.wit[rowk * a.NB + bb]);
+#pragma unroll
+                    for (int g = 0; g < G; ++g) ca[g] += a_band[g][bb] * w;
+                }
+            }
+            group_sum<G>(dot, LPT);
+            if (a.tier & 1) group_sum<G>(ca, LPT);
+            // Tier B in every lane from the row's scales: no cross-lane sums, identical bits in all lanes
+            float u2[G], be[G];
+#pragma unroll
+            for (int g = 0; g < G; ++g) u2[g] = be[g] = 0.0f;
+            if ((a.tier & 2) && valid[u]) {
+                for (int gr = 0; gr < NG; ++gr) {
+                    const float sg = f16_to_f32(a.scales[rowk * NG + gr]);
+#pragma unroll
+                    for (int g = 0; g < G; ++g) {
+                        u2[g] += sg * sg * bq2[g][gr];
+                        be[g] += sg * bq1[g][gr];
                     }
-                    if (a.tier & 2) {
-                        float c2 = (sqrtf(cb_u[g]) + cb_b[g]) * (float)WC_C_EVAL_SLACK;
-                        c2 = c2 <= WC_F32_MAX ? c2 : INFINITY;
-                        ct = fminf(ct, c2);
-                    }
-                    cmx[g] = fmaxf(cmx[g], ct);
-                    if (ct == INFINITY) {
-                        m2[g] = INFINITY;
-                    } else if (m2[g] != INFINITY) {
-                        const float x = lt + ct;
-                        const float mn2 = fmaxf(m2[g], x);
-                        l2[g] = l2[g] * expf(m2[g] - mn2) + expf(x - mn2);
-                        m2[g] = mn2;
-                    }
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                lt[u][g] = a.sm * dot[g];
+                if (valid[u] && !is_finite32(lt[u][g])) poisoned = true;
+                float c = INFINITY;
+                if (a.tier & 1) {
+                    const float c1 = ca[g] * (float)WC_C_EVAL_SLACK;
+                    c = c1 <= WC_F32_MAX ? c1 : INFINITY;
+                }
+                if (a.tier & 2) {
+                    float c2 = (sqrtf(u2[g]) + be[g]) * (float)WC_C_EVAL_SLACK;
+                    c2 = c2 <= WC_F32_MAX ? c2 : INFINITY;
+                    c = fminf(c, c2);
+                }
+                ct[u][g] = c;
+            }
+        }
+        // ---- chunked online softmax and certificate accumulator
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (valid[u]) mx = fmaxf(mx, lt[u][g]);
+            if (mx == -INFINITY) continue;  // no valid token in this chunk
+            const float mn = fmaxf(m[g], mx);
+            const float sc = expf(m[g] - mn);
+            float p[U];
+            float psum = 0.0f;
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                p[u] = valid[u] ? expf(lt[u][g] - mn) : 0.0f;
+                psum += p[u];
+            }
+            l[g] = l[g] * sc + psum;
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+                float o = acc[g][i] * sc;
+#pragma unroll
+                for (int u = 0; u < U; ++u) o += p[u] * vh[u][i];
+                acc[g][i] = o;
+            }
+            m[g] = mn;
+            if (a.tier) {
+                float mx2 = -INFINITY;
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    if (!valid[u]) continue;
+                    cmx[g] = fmaxf(cmx[g], ct[u][g]);
+                    if (ct[u][g] == INFINITY) m2[g] = INFINITY;
+                    else mx2 = fmaxf(mx2, lt[u][g] + ct[u][g]);
+                }
+                if (m2[g] != INFINITY && mx2 != -INFINITY) {
+                    const float mn2 = fmaxf(m2[g], mx2);
+                    float s2 = l2[g] * expf(m2[g] - mn2);
+#pragma unroll
+                    for (int u = 0; u < U; ++u)
+                        if (valid[u]) s2 += expf(lt[u][g] + ct[u][g] - mn2);
+                    l2[g] = s2;
+                    m2[g] = mn2;
                 }
             }
         }
@@ -460,7 +521,7 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
 #ifdef WITCERT_INSTANTIATE_ALL
 // For the offline compile check (tests/test_cuda_compile.py): every shape the library launches.
 #define WC_INST1(D, G, F)                                                                                 \
-    template __global__ void decode_stage1<D, G, F>(const float*, const i8*, const u16*, const u16*, const u16*, \
+    template __global__ void decode_stage1<D, G, F, 0>(const float*, const i8*, const u16*, const u16*, const u16*, \
                                                  const int*, const int*, const int*, const int*, const int*,  \
                                                  float*, float*, float*, float*, i64, int, int, int, int, int, \
                                                  int, int, int, int, int, int, int, u32, u32, float, float, float);

@@ -1,10 +1,10 @@
 // write.cu — the write path (SPEC §3) and the small elementwise kernels of the public API.
 //
-// write_rows: grid (n tokens, Hkv, 2 sides), block = d threads (one channel each; d % 32 == 0).
+// write_rows: grid ceil(n * Hkv * sides / 8), block 256 (one warp per row; d in {64, 128, 256}).
 //   Reads the input row (fp16/fp32/bf16/fp64, rounded to fp16 on entry), writes int8 codes, fp16
 //   scales, exact outlier values and the witness straight into the paged pool at `slots`, and the
 //   exact fp16 row to the host backing store when `exact` is not null (mapped pinned memory).
-//   Shared memory: static, O(d).  Bit-for-bit twin of witcert_cupy/_cpu/write.py::write_rows.
+//   Shared memory: static, 8 * d * 5 bytes.  Bit-for-bit twin of _cpu/write.py::write_rows.
 // dequant_rows: grid (n, Hkv), block d: x̂ = s16 * (k - ξ), bypassed channels exact.
 // philox_kernel / dither_kernel: the public philox4x32_10 and dither on the GPU.
 #include "common.cuh"
@@ -53,75 +53,124 @@ __device__ __forceinline__ float row_xi(int c, u32 slot, int side, int layer, in
     return xi_of(s, c % pc, bits);
 }
 
-extern "C" __global__ void __launch_bounds__(WC_MAX_D) write_rows(
+#define WR_WARPS 8
+
+// write_rows: one warp per row (token i, kv head h, side), WR_WARPS rows per block; lane L owns the
+// d/32 consecutive channels [L*cpl, L*cpl + cpl).  Group amax and flags reduce with shuffles over
+// the gs/cpl lanes of a group; the witness bands are summed sequentially by one lane each from a
+// per-warp shared buffer (the CPU twin's order).  No block-wide barrier: rows are independent.
+template <int D>
+__device__ __forceinline__ void write_rows_impl(
     const void* __restrict__ xk, const void* __restrict__ xv, int in_dtype,
     const i64* __restrict__ slots,       // [n] dither slot of each row
     const i64* __restrict__ dest_rows,   // [n] storage row (the slot in a pool)
-    int n, int H, i64 N, int D, int layer, int plane_layer, int side0, int gs, int NP2, int NB,
+    int n, int H, i64 N, int layer, int plane_layer, int side0, int nsides, int gs, int NP2, int NB,
     const int* __restrict__ bypass_ch,   // [H, NP2] of this layer
     const int* __restrict__ band_ch,     // [NB, D / NB]
     int bits, u32 k0, u32 k1,
     i8* __restrict__ codes, u16* __restrict__ scales, u16* __restrict__ outl, u16* __restrict__ wit,
     u16* __restrict__ exact,             // host-mapped [L, 2, H, N, D] or null
     unsigned long long* __restrict__ counters) {  // [0]: non-finite rows, [1]: rows with a bad slot
-    __shared__ u8 byp[WC_MAX_D];
-    __shared__ float err2[WC_MAX_D];
-    __shared__ u16 xbits[WC_MAX_D];
-    __shared__ u32 gmax[WC_MAX_D / 16];
-    __shared__ int gbad[WC_MAX_D / 16];
-    __shared__ u16 s16s[WC_MAX_D / 16];
-
-    const int i = blockIdx.x, h = blockIdx.y, side = side0 + blockIdx.z, c = threadIdx.x;
-    const int NG = D / gs;
+    __shared__ float err2_s[WR_WARPS][WC_MAX_D];
+    __shared__ u8 byp_s[WR_WARPS][WC_MAX_D];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const i64 r = (i64)blockIdx.x * WR_WARPS + warp;
+    if (r >= (i64)n * H * nsides) return;
+    const int side = side0 + (int)(r % nsides);
+    const int h = (int)((r / nsides) % H);
+    const i64 i = r / ((i64)nsides * H);
     const i64 slot = slots[i], dest = dest_rows[i];
     if (slot < 0 || slot > 0xFFFFFFFFll || dest < 0 || dest >= N) {  // never write out of bounds
-        if (c == 0) atomicAdd(&counters[1], 1ull);
+        if (lane == 0) atomicAdd(&counters[1], 1ull);
         return;
     }
-    const i64 row = ((((i64)plane_layer * 2 + side) * H + h) * N + dest);  // storage row
+    float* err2 = err2_s[warp];
+    u8* byp = byp_s[warp];
+    constexpr int cpl = D / 32;                            // channels per lane
+    const int NG = D / gs, lpg = gs / cpl;                 // scale groups, lanes per group
+    const int c0 = lane * cpl;
+    const i64 row = ((((i64)plane_layer * 2 + side) * H + h) * N + dest);
+    const i64 src = (i * H + h) * D;
+    const void* x_in = side == 0 ? xk : xv;
 
-    const u16 xb = load_as_f16(side == 0 ? xk : xv, ((i64)i * H + h) * D + c, in_dtype);
-    const float x = f16_to_f32(xb);
-    xbits[c] = xb;
-    byp[c] = 0;
-    if (c < NG) {
-        gmax[c] = 0u;
-        gbad[c] = 0;
+    float x[cpl];
+    u16 xb[cpl];
+    bool bp[cpl];
+    bool bad = false;
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < cpl; ++j) {
+        const int c = c0 + j;
+        xb[j] = load_as_f16(x_in, src + c, in_dtype);
+        x[j] = f16_to_f32(xb[j]);
+        bp[j] = false;
+        for (int t = 0; t < NP2; ++t) bp[j] |= bypass_ch[h * NP2 + t] == c;
+        byp[c] = bp[j];
+        if (!is_finite32(x[j])) bad = true;
+        else if (!bp[j]) amax = fmaxf(amax, fabsf(x[j]));
+        if (exact != nullptr) exact[row * D + c] = xb[j];
     }
-    __syncthreads();
-    if (c < NP2) byp[bypass_ch[h * NP2 + c]] = 1;
-    __syncthreads();
-
-    const int g = c / gs;
-    const bool finite = is_finite32(x);
-    if (!finite) atomicOr(&gbad[g], 1);
-    else if (!byp[c]) atomicMax(&gmax[g], f32_bits(fabsf(x)));  // order of non-negative floats = order of bits
-    __syncthreads();
-    if (c < NG) {
-        u32 s;
-        if (gbad[c]) s = WC_FP16_INF;
-        else if (gmax[c] == 0u) s = 0u;
-        else s = f32_to_f16_ru(__fdiv_rn(f32_from_bits(gmax[c]), (float)WC_SCALE_DIVISOR));
-        s16s[c] = (u16)s;
-        scales[row * NG + c] = (u16)s;
+    // group amax / non-finite flag over the lpg lanes of this lane's group (contiguous lanes)
+    int gbad = bad;
+    for (int off = 1; off < lpg; off <<= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        gbad |= __shfl_xor_sync(0xffffffffu, gbad, off);
     }
-    const bool row_bad = __syncthreads_or(!finite);
-
-    const float xi = row_xi(c, (u32)slot, side, layer, h, 0u, k0, k1, bits);
-    const float sb = f16_to_f32(s16s[g]);
+    const bool row_bad = __any_sync(0xffffffffu, bad);
+    u32 s16;
+    if (gbad) s16 = WC_FP16_INF;
+    else if (amax == 0.0f) s16 = 0u;
+    else s16 = f32_to_f16_ru(__fdiv_rn(amax, (float)WC_SCALE_DIVISOR));
+    if (lane % lpg == 0) scales[row * NG + c0 / gs] = (u16)s16;
+    const float sb = f16_to_f32((u16)s16);
     const bool live = sb > 0.0f && sb <= WC_F32_MAX;
-    float kf = 0.0f;
-    if (live && !byp[c]) kf = rintf(__fadd_rn(__fdiv_rn(x, sb), xi));
-    codes[row * D + c] = (i8)(int)kf;
-    const float xhat = __fmul_rn(sb, __fsub_rn(kf, xi));
-    err2[c] = byp[c] ? 0.0f : square_up(next_up(fabsf(__fsub_rn(xhat, x))));
-    if (exact != nullptr) exact[row * D + c] = xb;
-    if (c < NP2) outl[row * NP2 + c] = xbits[bypass_ch[h * NP2 + c]];
-    __syncthreads();
 
-    if (c < NB) wit[row * NB + c] = row_bad ? (u16)WC_FP16_INF : band_witness(err2, byp, band_ch + c * (D / NB), D / NB);
-    if (c == 0 && row_bad) atomicAdd(&counters[0], 1ull);
+    // ξ of this lane's channels: the Philox call(s) covering them (recomputed by the lanes that
+    // share a call; no cross-lane dependency)
+    const int pc = per_call_of(bits);
+    u32 packed[(cpl + 3) / 4] = {};
+    u32x4 w = {0u, 0u, 0u, 0u};
+    int wchunk = -1;
+#pragma unroll
+    for (int j = 0; j < cpl; ++j) {
+        const int c = c0 + j;
+        if (c / pc != wchunk) {
+            wchunk = c / pc;
+            w = philox10((u32)slot, dither_ctr1(side, wchunk), dither_ctr2(layer, h), 0u, k0, k1);
+        }
+        const float xi = xi_of(w, c % pc, bits);
+        float kf = 0.0f;
+        if (live && !bp[j]) kf = rintf(__fadd_rn(__fdiv_rn(x[j], sb), xi));
+        const float xhat = __fmul_rn(sb, __fsub_rn(kf, xi));
+        err2[c] = bp[j] ? 0.0f : square_up(next_up(fabsf(__fsub_rn(xhat, x[j]))));
+        packed[j / 4] |= ((u32)(u8)(i8)(int)kf) << (8 * (j % 4));
+    }
+    if constexpr (cpl >= 4) {
+#pragma unroll
+        for (int q = 0; q < cpl / 4; ++q) *reinterpret_cast<u32*>(codes + row * D + c0 + 4 * q) = packed[q];
+    } else {
+        *reinterpret_cast<u16*>(codes + row * D + c0) = (u16)packed[0];
+    }
+    for (int j = lane; j < NP2; j += 32) outl[row * NP2 + j] = load_as_f16(x_in, src + bypass_ch[h * NP2 + j], in_dtype);
+    __syncwarp();
+    for (int b = lane; b < NB; b += 32)
+        wit[row * NB + b] = row_bad ? (u16)WC_FP16_INF : band_witness(err2, byp, band_ch + b * (D / NB), D / NB);
+    if (lane == 0 && row_bad) atomicAdd(&counters[0], 1ull);
 }
+
+#define WC_WRITE_ENTRY(D)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(32 * WR_WARPS, 1) write_rows_##D(                        \
+        const void* xk, const void* xv, int in_dtype, const i64* slots, const i64* dest_rows, int n, int H,  \
+        i64 N, int layer, int plane_layer, int side0, int nsides, int gs, int NP2, int NB,                \
+        const int* bypass_ch, const int* band_ch, int bits, u32 k0, u32 k1, i8* codes, u16* scales,       \
+        u16* outl, u16* wit, u16* exact, unsigned long long* counters) {                                  \
+        write_rows_impl<D>(xk, xv, in_dtype, slots, dest_rows, n, H, N, layer, plane_layer, side0, nsides, \
+                           gs, NP2, NB, bypass_ch, band_ch, bits, k0, k1, codes, scales, outl, wit, exact,  \
+                           counters);                                                                     \
+    }
+WC_WRITE_ENTRY(64)
+WC_WRITE_ENTRY(128)
+WC_WRITE_ENTRY(256)
 
 // store_fp16_rows: grid (n, Hkv, 2 sides), block d.  Stores what a scheme reconstructs (`stored`,
 // or the exact row when null) as fp16, and the Tier-A witness of stored − exact.  Twin of

@@ -196,10 +196,11 @@ def _write(k, v, dtype_code, slots, dest_rows, *, layer, plane_layer, side0, nsi
     d = config.head_dim
     k0, k1 = config.seed_words
     exact_arg = np.uint64(exact_ptr)
-    kernel("write.cu", "write_rows")(
-        (n, H, nsides), (d,),
-        (k, v, _i32(dtype_code), slots, dest_rows, _i32(n), _i32(H), np.int64(N), _i32(d), _i32(layer),
-         _i32(plane_layer), _i32(side0), _i32(config.group_size), _i32(bypass_layer.shape[-1]),
+    rows_total = n * H * nsides
+    kernel("write.cu", f"write_rows_{d}")(
+        ((rows_total + 7) // 8,), (256,),
+        (k, v, _i32(dtype_code), slots, dest_rows, _i32(n), _i32(H), np.int64(N), _i32(layer),
+         _i32(plane_layer), _i32(side0), _i32(nsides), _i32(config.group_size), _i32(bypass_layer.shape[-1]),
          _i32(config.witness_bands), bypass_layer, band_ch, _i32(config.dither_bits), np.uint32(k0),
          np.uint32(k1), codes, scales.view(cp.uint16), outl.view(cp.uint16), wit.view(cp.uint16), exact_arg,
          counters))
@@ -318,8 +319,10 @@ class _DeviceBase:
         return int(max(1, min(256, math.ceil(target / max(1, batch * self.pool.num_kv_heads)),
                               self.pool.num_pages)))
 
-    def plan(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits):
-        """Validate (metadata only), allocate the outputs, and return a :class:`DecodePlan`."""
+    def plan(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits, unroll=0):
+        """Validate (metadata only), allocate the outputs, and return a :class:`DecodePlan`.
+
+        ``unroll`` (tokens per lane group per step; 0 = default) exists for the benchmark sweep."""
         p = self.pool
         B, Hq, d = q.shape
         G = Hq // p.num_kv_heads
@@ -331,7 +334,7 @@ class _DeviceBase:
                 raise ValueError(f"{name} must have shape [{n}], got {list(arr.shape)}")
         check_int("kv_indices", kv_indices)
         return DecodePlan(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert,
-                          num_splits or self.default_num_splits(B))
+                          num_splits or self.default_num_splits(B), unroll)
 
     def decode(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits):
         plan = self.plan(q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits)
@@ -379,7 +382,7 @@ class DecodePlan:
     """One decode step on the GPU with every buffer allocated up front: :meth:`launch` only launches
     kernels (stage 1, then the merge), so it can be timed with events or captured in a CUDA graph."""
 
-    def __init__(self, dev, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, ns):
+    def __init__(self, dev, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, ns, unroll=0):
         import cupy as cp
 
         p = dev.pool
@@ -401,7 +404,7 @@ class DecodePlan:
         data, scales, outl, wit, bypass, (gs, k0, k1, bits, beta) = dev.store(layer)
         G = Hq // p.num_kv_heads
         fp16 = "true" if dev.fp16_store else "false"
-        self.stage1 = kernel("decode.cu", None, f"decode_stage1<{d}, {G}, {fp16}>")
+        self.stage1 = kernel("decode.cu", None, f"decode_stage1<{d}, {G}, {fp16}, {unroll}>")
         self.merge = kernel("decode.cu", "decode_merge")
         logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
         self.grid1 = (ns, p.num_kv_heads, B)
