@@ -21,6 +21,8 @@
 #define DEC_THREADS 128
 #define DEC_WARPS (DEC_THREADS / 32)
 #define VEC 8
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
 
 struct DecodeArgs {
     const float* q;                          // [B, Hq, D] fp32
@@ -142,7 +144,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
                           log_budget, beta_steps};
     constexpr int LPT = D / VEC;        // lanes per token
     constexpr int TPW = 32 / LPT;       // tokens per warp step
-    constexpr int U = U_ > 0 ? U_ : (G <= 4 ? 4 : 2);  // tokens per lane group per step
+    // tokens per lane group per step; defaults from the sweep in bench/NOTES.md (v1)
+    constexpr int U = U_ > 0 ? U_ : (G <= 4 ? 1 : 2);
     constexpr int TOK_STEP = TPW * DEC_WARPS * U;
     __shared__ float q_s[G][D];
     __shared__ float bq2[G][D / 16];    // 2 (sm²/12) Q2_g log(2S/δ_loc), per scale group (gs >= 16)
@@ -156,6 +159,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     const int tsub = lane / LPT, cl = lane % LPT;
     const int Hq = a.H * G;
     const int ps = 1 << a.page_shift;
+    const float sm2 = a.sm * LOG2E;
 
     // ---- the split's token range, with every page-table value checked before use
     const int p0 = a.kv_indptr[b], p1 = a.kv_indptr[b + 1];
@@ -316,7 +320,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
             }
 #pragma unroll
             for (int g = 0; g < G; ++g) {
-                lt[u][g] = a.sm * dot[g];
+                lt[u][g] = sm2 * dot[g];  // ℓ̃ in log2 units: the softmax runs on exp2
                 if (valid[u] && !is_finite32(lt[u][g])) poisoned = true;
                 float c = INFINITY;
                 if (a.tier & 1) {
@@ -328,7 +332,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
                     c2 = c2 <= WC_F32_MAX ? c2 : INFINITY;
                     c = fminf(c, c2);
                 }
-                ct[u][g] = c;
+                ct[u][g] = c * LOG2E;
             }
         }
         // ---- chunked online softmax and certificate accumulator
@@ -340,12 +344,12 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
                 if (valid[u]) mx = fmaxf(mx, lt[u][g]);
             if (mx == -INFINITY) continue;  // no valid token in this chunk
             const float mn = fmaxf(m[g], mx);
-            const float sc = expf(m[g] - mn);
+            const float sc = exp2f(m[g] - mn);
             float p[U];
             float psum = 0.0f;
 #pragma unroll
             for (int u = 0; u < U; ++u) {
-                p[u] = valid[u] ? expf(lt[u][g] - mn) : 0.0f;
+                p[u] = valid[u] ? exp2f(lt[u][g] - mn) : 0.0f;
                 psum += p[u];
             }
             l[g] = l[g] * sc + psum;
@@ -368,10 +372,10 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
                 }
                 if (m2[g] != INFINITY && mx2 != -INFINITY) {
                     const float mn2 = fmaxf(m2[g], mx2);
-                    float s2 = l2[g] * expf(m2[g] - mn2);
+                    float s2 = l2[g] * exp2f(m2[g] - mn2);
 #pragma unroll
                     for (int u = 0; u < U; ++u)
-                        if (valid[u]) s2 += expf(lt[u][g] + ct[u][g] - mn2);
+                        if (valid[u]) s2 += exp2f(lt[u][g] + ct[u][g] - mn2);
                     l2[g] = s2;
                     m2[g] = mn2;
                 }
@@ -386,8 +390,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
             const float mo = __shfl_xor_sync(0xffffffffu, m[g], off);
             const float lo = __shfl_xor_sync(0xffffffffu, l[g], off);
             const float mn = fmaxf(m[g], mo);
-            const float sa = mn == -INFINITY ? 0.0f : expf(m[g] - mn);
-            const float sb = mn == -INFINITY ? 0.0f : expf(mo - mn);
+            const float sa = mn == -INFINITY ? 0.0f : exp2f(m[g] - mn);
+            const float sb = mn == -INFINITY ? 0.0f : exp2f(mo - mn);
             l[g] = l[g] * sa + lo * sb;
 #pragma unroll
             for (int i = 0; i < VEC; ++i) {
@@ -399,8 +403,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
             const float l2o = __shfl_xor_sync(0xffffffffu, l2[g], off);
             const float mn2 = fmaxf(m2[g], m2o);
             const bool fin2 = mn2 != -INFINITY && mn2 != INFINITY;
-            const float s2a = fin2 ? expf(m2[g] - mn2) : 0.0f;
-            const float s2b = fin2 ? expf(m2o - mn2) : 0.0f;
+            const float s2a = fin2 ? exp2f(m2[g] - mn2) : 0.0f;
+            const float s2b = fin2 ? exp2f(m2o - mn2) : 0.0f;
             l2[g] = l2[g] * s2a + l2o * s2b;
             m2[g] = mn2;
             cmx[g] = fmaxf(cmx[g], __shfl_xor_sync(0xffffffffu, cmx[g], off));
@@ -433,10 +437,10 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
         float L = 0.0f, A = 0.0f, L2 = 0.0f, CM = 0.0f;
         const bool linf = M2 == INFINITY;
         for (int w = 0; w < DEC_WARPS; ++w) {
-            const float sw = M == -INFINITY ? 0.0f : expf(red[w][g][D] - M);
+            const float sw = M == -INFINITY ? 0.0f : exp2f(red[w][g][D] - M);
             L += red[w][g][D + 1] * sw;
             if (c < D) A += red[w][g][c] * sw;
-            if (!linf && M2 != -INFINITY) L2 += red[w][g][D + 3] * expf(red[w][g][D + 2] - M2);
+            if (!linf && M2 != -INFINITY) L2 += red[w][g][D + 3] * exp2f(red[w][g][D + 2] - M2);
             CM = fmaxf(CM, red[w][g][D + 4]);
         }
         const i64 o = ((i64)b * Hq + h * G + g) * a.num_splits + s;
@@ -452,8 +456,9 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
                 a.lam_part[o] = -INFINITY;
                 a.cmax_part[o] = 0.0f;
             } else {
-                a.lse_part[o] = M + logf(L);
-                a.lam_part[o] = linf ? INFINITY : (L2 > 0.0f ? M2 + logf(L2) : -INFINITY);
+                // back to natural-log units: the maxima were kept in log2 units
+                a.lse_part[o] = M * LN2 + logf(L);
+                a.lam_part[o] = linf ? INFINITY : (L2 > 0.0f ? M2 * LN2 + logf(L2) : -INFINITY);
                 a.cmax_part[o] = CM;
             }
         }

@@ -17,6 +17,13 @@ WC_HD u32 wc_mulhi(u32 a, u32 b) {
 #endif
 }
 
+// hi and lo of a 32x32 product from one 64-bit product (a single IMAD.WIDE.U32 on the GPU).
+WC_HD void wc_mulwide(u32 a, u32 b, u32& hi, u32& lo) {
+    const u64 p = (u64)a * (u64)b;
+    hi = (u32)(p >> 32);
+    lo = (u32)p;
+}
+
 WC_HD u32x4 philox4x32_rounds(u32 c0, u32 c1, u32 c2, u32 c3, u32 k0, u32 k1, int rounds) {
     for (int r = 0; r < rounds; ++r) {
         if (r > 0) {
@@ -45,8 +52,9 @@ WC_HD u32x4 philox10(u32 c0, u32 c1, u32 c2, u32 c3, u32 k0, u32 k1) {
             k0 += (u32)WC_PHILOX_W0;
             k1 += (u32)WC_PHILOX_W1;
         }
-        u32 hi0 = wc_mulhi((u32)WC_PHILOX_M0, c0), lo0 = (u32)WC_PHILOX_M0 * c0;
-        u32 hi1 = wc_mulhi((u32)WC_PHILOX_M1, c2), lo1 = (u32)WC_PHILOX_M1 * c2;
+        u32 hi0, lo0, hi1, lo1;
+        wc_mulwide((u32)WC_PHILOX_M0, c0, hi0, lo0);
+        wc_mulwide((u32)WC_PHILOX_M1, c2, hi1, lo1);
         u32 n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
         c0 = n0;
         c1 = lo1;
