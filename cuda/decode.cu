@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
                     c2 = c2 <= WC_F32_MAX ? c2 : INFINITY;
                     c = fminf(c, c2);
                 }
-                ct[u][g] = c * LOG2E;
+                ct[u][g] = c;  // natural units (cmax); λ below works in log2 units
             }
         }
         // ---- chunked online softmax and certificate accumulator
@@ -368,14 +368,14 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
                     if (!valid[u]) continue;
                     cmx[g] = fmaxf(cmx[g], ct[u][g]);
                     if (ct[u][g] == INFINITY) m2[g] = INFINITY;
-                    else mx2 = fmaxf(mx2, lt[u][g] + ct[u][g]);
+                    else mx2 = fmaxf(mx2, lt[u][g] + ct[u][g] * LOG2E);
                 }
                 if (m2[g] != INFINITY && mx2 != -INFINITY) {
                     const float mn2 = fmaxf(m2[g], mx2);
                     float s2 = l2[g] * exp2f(m2[g] - mn2);
 #pragma unroll
                     for (int u = 0; u < U; ++u)
-                        if (valid[u]) s2 += exp2f(lt[u][g] + ct[u][g] - mn2);
+                        if (valid[u]) s2 += exp2f(lt[u][g] + ct[u][g] * LOG2E - mn2);
                     l2[g] = s2;
                     m2[g] = mn2;
                 }
