@@ -94,6 +94,17 @@ def rotations(bytes_one, l2):
     return int(max(1, min(16, math.ceil(3 * l2 / max(bytes_one, 1)))))
 
 
+def rotated_tables(B, hq, npg, page, rot):
+    """Page tables and queries for ``rot`` disjoint copies of a batch of B requests of npg pages."""
+    tables, qs = [], []
+    for r in range(rot):
+        base = r * B * npg
+        tables.append((cp.arange(0, B * npg + 1, npg, dtype=cp.int32),
+                       cp.arange(base, base + B * npg, dtype=cp.int32), cp.full(B, page, cp.int32)))
+        qs.append(cp.asarray(np.random.default_rng(r).standard_normal((B, hq, D)).astype(np.float32)))
+    return tables, qs
+
+
 class Int8Case:
     """A pool with ``rot`` disjoint copies of a (B, Hkv, ctx) batch: random valid codes and scales."""
 
@@ -113,15 +124,7 @@ class Int8Case:
             for off in range(0, arr.size, src.size):
                 n = min(src.size, arr.size - off)
                 arr[off:off + n] = src[:n]
-        self.tables = []
-        for r in range(rot):
-            base = r * B * npg
-            ix = cp.arange(base, base + B * npg, dtype=cp.int32)
-            ip = cp.arange(0, B * npg + 1, npg, dtype=cp.int32)
-            ll = cp.full(B, page, cp.int32)
-            self.tables.append((ip, ix, ll))
-        self.q = [cp.asarray(np.random.default_rng(r).standard_normal((B, hq, D)).astype(np.float32))
-                  for r in range(rot)]
+        self.tables, self.q = rotated_tables(B, hq, npg, page, rot)
 
     def bytes_moved(self):
         return self.B * self.hkv * self.ctx * 2 * self.cfg.bytes_per_token_side()
@@ -166,13 +169,7 @@ class Fp16Case(Int8Case):
         for off in range(0, arr.size, blk.size):
             n = min(blk.size, arr.size - off)
             arr[off:off + n] = blk[:n]
-        self.tables = []
-        for r in range(rot):
-            base = r * B * npg
-            self.tables.append((cp.arange(0, B * npg + 1, npg, dtype=cp.int32),
-                                cp.arange(base, base + B * npg, dtype=cp.int32), cp.full(B, page, cp.int32)))
-        self.q = [cp.asarray(np.random.default_rng(r).standard_normal((B, hq, D)).astype(np.float32))
-                  for r in range(rot)]
+        self.tables, self.q = rotated_tables(B, hq, npg, page, rot)
 
     def bytes_moved(self):
         return self.B * self.hkv * self.ctx * 2 * 2 * D

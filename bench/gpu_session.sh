@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (see the device notes: few, full calls): environment, the GPU test suite, the
 # compute-sanitizer fuzz, and the benchmarks.  Everything lands under $OUT (at most 8 files).
-#   bash bench/gpu_session.sh [quick|full]
+#   bash bench/gpu_session.sh [tests|quick|full]   (tests: no benchmarks)
 set -u
 MODE=${1:-quick}
 export PYTHONPATH=.:tests PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupy_cache NUMBA_CACHE_DIR=/tmp/numba_cache
@@ -22,6 +22,7 @@ compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 python3 te
   > "$OUT/sanitizer.log" 2>&1
 echo "sanitizer exit code $?" >> "$OUT/sanitizer.log"
 tail -8 "$OUT/sanitizer.log"
+[ "$MODE" = tests ] && exit 0
 echo "== benchmarks ($MODE)"
 if [ "$MODE" = full ]; then
   python3 bench/decode.py --out "$OUT" 2>&1 | tee "$OUT/bench_decode.log" | tail -60

@@ -24,45 +24,38 @@ WC_HD void wc_mulwide(u32 a, u32 b, u32& hi, u32& lo) {
     lo = (u32)p;
 }
 
+// One Philox round on the counter words (SPEC §1).
+WC_HD void philox_round(u32& c0, u32& c1, u32& c2, u32& c3, u32 k0, u32 k1) {
+    u32 hi0, lo0, hi1, lo1;
+    wc_mulwide((u32)WC_PHILOX_M0, c0, hi0, lo0);
+    wc_mulwide((u32)WC_PHILOX_M1, c2, hi1, lo1);
+    const u32 n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+}
+
+// Philox4x32 with `rounds` rounds (the 7-round known-answer vector goes through here); with a
+// constant count, as in philox10, the loop unrolls fully.
 WC_HD u32x4 philox4x32_rounds(u32 c0, u32 c1, u32 c2, u32 c3, u32 k0, u32 k1, int rounds) {
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
     for (int r = 0; r < rounds; ++r) {
         if (r > 0) {
             k0 += (u32)WC_PHILOX_W0;
             k1 += (u32)WC_PHILOX_W1;
         }
-        u32 hi0 = wc_mulhi((u32)WC_PHILOX_M0, c0), lo0 = (u32)WC_PHILOX_M0 * c0;
-        u32 hi1 = wc_mulhi((u32)WC_PHILOX_M1, c2), lo1 = (u32)WC_PHILOX_M1 * c2;
-        u32 n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
-        c0 = n0;
-        c1 = lo1;
-        c2 = n2;
-        c3 = lo0;
+        philox_round(c0, c1, c2, c3, k0, k1);
     }
     u32x4 o = {c0, c1, c2, c3};
     return o;
 }
 
-// The 10-round stream of the contract, fully unrolled.
+// The 10-round stream of the contract.
 WC_HD u32x4 philox10(u32 c0, u32 c1, u32 c2, u32 c3, u32 k0, u32 k1) {
-#ifdef __CUDA_ARCH__
-#pragma unroll
-#endif
-    for (int r = 0; r < 10; ++r) {
-        if (r > 0) {
-            k0 += (u32)WC_PHILOX_W0;
-            k1 += (u32)WC_PHILOX_W1;
-        }
-        u32 hi0, lo0, hi1, lo1;
-        wc_mulwide((u32)WC_PHILOX_M0, c0, hi0, lo0);
-        wc_mulwide((u32)WC_PHILOX_M1, c2, hi1, lo1);
-        u32 n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
-        c0 = n0;
-        c1 = lo1;
-        c2 = n2;
-        c3 = lo0;
-    }
-    u32x4 o = {c0, c1, c2, c3};
-    return o;
+    return philox4x32_rounds(c0, c1, c2, c3, k0, k1, 10);
 }
 
 // Counter words (SPEC §2): ctr0 = slot, ctr1 = side << 31 | chunk, ctr2 = layer << 16 | kv_head.

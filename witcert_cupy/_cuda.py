@@ -120,20 +120,10 @@ def _grid1(n, block=256):
 def philox(counter, key, rounds):
     import cupy as cp
 
+    from .stream import check_philox_args
+
     ctr, k = to_cupy(counter), to_cupy(key)
-    if ctr.dtype != cp.uint32:
-        raise TypeError(f"counter must be uint32, got dtype {ctr.dtype}")
-    if k.dtype != cp.uint32:
-        raise TypeError(f"key must be uint32, got dtype {k.dtype}")
-    if ctr.ndim < 1 or ctr.shape[-1] != 4:
-        raise ValueError(f"counter must have shape [..., 4], got {list(ctr.shape)}")
-    if k.ndim < 1 or k.shape[-1] != 2:
-        raise ValueError(f"key must have shape [2] or [..., 2], got {list(k.shape)}")
-    try:
-        batch = np.broadcast_shapes(ctr.shape[:-1], k.shape[:-1])
-    except ValueError:
-        raise ValueError(f"key shape {list(k.shape)} does not broadcast against counter "
-                         f"shape {list(ctr.shape)}") from None
+    batch = check_philox_args(ctr, k)
     c2 = cp.ascontiguousarray(cp.broadcast_to(ctr, batch + (4,))).reshape(-1, 4)
     k2 = cp.ascontiguousarray(cp.broadcast_to(k, batch + (2,))).reshape(-1, 2)
     out = cp.empty_like(c2)

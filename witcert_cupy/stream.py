@@ -9,6 +9,23 @@ from .arrays import backend_of, check_int, check_range, to_numpy
 from .config import _int_arg
 
 
+def check_philox_args(ctr, k):
+    """Validate Philox arguments (either backend); returns the broadcast batch shape."""
+    if str(ctr.dtype) != "uint32":
+        raise TypeError(f"counter must be uint32, got dtype {ctr.dtype}")
+    if str(k.dtype) != "uint32":
+        raise TypeError(f"key must be uint32, got dtype {k.dtype}")
+    if ctr.ndim < 1 or ctr.shape[-1] != 4:
+        raise ValueError(f"counter must have shape [..., 4], got {list(ctr.shape)}")
+    if k.ndim < 1 or k.shape[-1] != 2:
+        raise ValueError(f"key must have shape [2] or [..., 2], got {list(k.shape)}")
+    try:
+        return np.broadcast_shapes(ctr.shape[:-1], k.shape[:-1])
+    except ValueError:
+        raise ValueError(f"key shape {list(k.shape)} does not broadcast against counter "
+                         f"shape {list(ctr.shape)}") from None
+
+
 def _philox(counter, key, rounds):
     be = backend_of(counter=counter, key=key)
     if be == "cuda":
@@ -17,19 +34,7 @@ def _philox(counter, key, rounds):
         return _cuda.philox(counter, key, rounds)
     ctr = to_numpy("counter", counter)
     k = to_numpy("key", key)
-    if ctr.dtype != np.uint32:
-        raise TypeError(f"counter must be uint32, got dtype {ctr.dtype}")
-    if k.dtype != np.uint32:
-        raise TypeError(f"key must be uint32, got dtype {k.dtype}")
-    if ctr.ndim < 1 or ctr.shape[-1] != 4:
-        raise ValueError(f"counter must have shape [..., 4], got {list(ctr.shape)}")
-    if k.ndim < 1 or k.shape[-1] != 2:
-        raise ValueError(f"key must have shape [2] or [..., 2], got {list(k.shape)}")
-    try:
-        batch = np.broadcast_shapes(ctr.shape[:-1], k.shape[:-1])
-    except ValueError:
-        raise ValueError(f"key shape {list(k.shape)} does not broadcast against counter "
-                         f"shape {list(ctr.shape)}") from None
+    batch = check_philox_args(ctr, k)
     from ._cpu.write import philox_many
 
     c2 = np.ascontiguousarray(np.broadcast_to(ctr, batch + (4,))).reshape(-1, 4)
