@@ -91,3 +91,19 @@ def test_compiles_with_nvrtc_as_cupy_does(name):
     ok, log = compile_nvrtc(src, name, ["-arch=sm_90", "-ftz=true", *_cuda.options()])
     assert ok, log
     assert "warning" not in log.lower(), log
+
+
+def test_kernels_found_in_the_wheel_layout(tmp_path):
+    """Installed, the sources sit in witcert_cupy/cuda/ (pyproject package-data); the loader finds
+    them there before looking for a checkout's ../cuda."""
+    import shutil
+    import subprocess
+    import sys
+
+    pkg = Path(_cuda.__file__).resolve().parent
+    shutil.copytree(pkg, tmp_path / "witcert_cupy", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(_cuda.kernel_dir(), tmp_path / "witcert_cupy" / "cuda")
+    out = subprocess.run([sys.executable, "-c", "from witcert_cupy import _cuda; print(_cuda.kernel_dir())"],
+                         cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert Path(out.stdout.strip()) == tmp_path / "witcert_cupy" / "cuda"
