@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-_DLPACK_CPU = 1
+# DLPack device types that live on a CUDA GPU
 _DLPACK_CUDA = 2
-_DLPACK_CUDA_HOST = 3
 _DLPACK_CUDA_MANAGED = 13
 
 FLOAT_DTYPES = ("float16", "float32", "float64", "bfloat16")
