@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import witcert_cupy as wc
+from witcert_cupy import _contract as C
 from witcert_cupy import certificate, reference
 from helpers import filled_pool, page_table
 
@@ -185,10 +186,15 @@ def test_tanh_bound_is_attained_by_two_point_distribution():
 
 
 def test_risk_and_tv_bound_formulas():
-    la = np.array([0.0, 0.1, np.inf, np.nan], np.float32)
-    R = certificate.risk_from_log_a(la)
-    assert R[0] == 0 and math.isclose(R[1], (math.exp(0.2) - 1) / 2, rel_tol=1e-7)
+    la = np.array([0.0, 0.1, np.inf, np.nan, 0.0], np.float32)
+    lse = np.array([-np.inf, 0.5, 3.0, 3.0, 20.0], np.float32)
+    R = certificate.risk_from_log_a(la, lse)
+    assert R[0] == 0  # no tokens
+    res = C.LOG_A_RESOLUTION_ULPS * 2.0**-24
+    assert math.isclose(R[1], (math.exp(2 * (0.1 + res)) - 1) / 2, rel_tol=1e-7)
     assert np.isinf(R[2]) and np.isinf(R[3])
+    assert math.isclose(R[4], (math.exp(2 * 20 * res) - 1) / 2, rel_tol=1e-6)  # never 0 with tokens
+    R = R[:4]
     tvb = certificate.tv_bound(R, np.array([0.0, 0.05, np.inf, np.nan], np.float32))
     assert tvb[0] == 0 and math.isclose(tvb[1], math.tanh(0.025), rel_tol=1e-6)
     assert tvb[2] == 1 and tvb[3] == 1

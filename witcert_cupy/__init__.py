@@ -8,6 +8,7 @@ DLPack) runs on the GPU (CUDA kernels through CuPy ``RawModule``).
 from . import reference
 from .config import CertConfig, QuantConfig
 from .decode import DecodeResult, decode_attention
+from .gate import GateReport, gated_decode
 from .pool import Fp16Pool, KVPool
 from .stream import dither, philox4x32_10
 from .write import QuantizedKV, dequantize, quantize
@@ -15,6 +16,6 @@ from .write import QuantizedKV, dequantize, quantize
 __version__ = "0.1.0"
 
 __all__ = [
-    "CertConfig", "DecodeResult", "Fp16Pool", "KVPool", "QuantConfig", "QuantizedKV", "decode_attention",
+    "CertConfig", "DecodeResult", "Fp16Pool", "GateReport", "KVPool", "gated_decode", "QuantConfig", "QuantizedKV", "decode_attention",
     "dequantize", "dither", "philox4x32_10", "quantize", "reference", "__version__",
 ]

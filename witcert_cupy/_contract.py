@@ -34,6 +34,11 @@ BETA_FP32_SLACK = 2.0 ** -15
 # bound on the exact-arithmetic formula.  Applied once, where c_t is formed, in both backends.
 C_EVAL_SLACK = 1.0 + 2.0 ** -10
 
+# docs/certificate.md §6: log A is formed as the fp32 difference LSE(λ) − lse, which cannot resolve
+# less than a few ulps of |lse|.  R is computed from log A plus this many units of 2^-24·max(1, |lse|)
+# (8 ulps), so a head whose quantized tokens carry negligible weight never reports a bound of 0.
+LOG_A_RESOLUTION_ULPS = 8.0
+
 # SPEC §2: bit layout of the Philox counter.
 SIDE_SHIFT = 31
 LAYER_SHIFT = 16

@@ -421,7 +421,7 @@ class DecodePlan:
 
         if self.cert is None:
             return DecodeResult(self.o, self.lse, num_splits=self.ns)
-        risk = cert_mod.risk_from_log_a(self.log_a, cp)
+        risk = cert_mod.risk_from_log_a(self.log_a, self.lse, cp)
         return DecodeResult(self.o, self.lse, self.log_a, risk, cert_mod.tv_bound(risk, self.cmax, cp), self.cmax,
                             num_splits=self.ns)
 

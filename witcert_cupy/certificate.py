@@ -40,10 +40,20 @@ def tier_code(cert: CertConfig | None) -> int:
     return 0 if cert is None else C.TIERS[cert.tier]
 
 
-def risk_from_log_a(log_a, xp=np):
-    """``R = (A² − 1)/2 = expm1(2 log A)/2``; NaN is treated as ``+inf`` (SPEC §5)."""
+def risk_from_log_a(log_a, lse, xp=np):
+    """``R = (A² − 1)/2 = expm1(2 log A)/2`` (SPEC §5); NaN is treated as ``+inf``.
+
+    ``log A`` comes from the fp32 difference ``LSE(λ) − lse``: it is raised by the resolution of
+    that subtraction (``LOG_A_RESOLUTION_ULPS`` ulps of ``max(1, |lse|)``) before use, so a tiny
+    positive ``A − 1`` that rounded to 0 still gives a positive R.  Rows without tokens
+    (``lse = -inf``) keep ``R = 0``.
+    """
+    la = log_a.astype(xp.float64)
+    l64 = lse.astype(xp.float64)
+    res = C.LOG_A_RESOLUTION_ULPS * 2.0 ** -24 * xp.maximum(1.0, xp.abs(l64))
+    la = la + xp.where(xp.isfinite(l64), res, 0.0)
     with np.errstate(over="ignore", invalid="ignore"):
-        r = xp.expm1(2.0 * log_a.astype(xp.float64)) / 2.0
+        r = xp.expm1(2.0 * la) / 2.0
     return xp.where(xp.isnan(r), xp.inf, r)
 
 

@@ -29,6 +29,10 @@ class DecodeResult:
     tv_bound : float64 ``[B, Hq]`` or None, ``min(1, R, tanh(cmax/2))``
     cmax : float32 ``[B, Hq]`` or None, ``max_t c_t``
 
+    page_contrib : float64 ``[B, Hq, max_pages]`` or None
+        ``contrib_j = e^{λ_j − lse} − e^{lse_j − lse}`` of the request's j-th page (SPEC §6):
+        ``A − 1 = Σ_j contrib_j``; making page j exact removes it to first order.  Only when asked.
+
     Certificate fields are None when ``cert`` was None.  Arrays live on the device of ``q``.
     """
 
@@ -39,6 +43,7 @@ class DecodeResult:
     tv_bound: object = None
     cmax: object = None
     num_splits: int = 1
+    page_contrib: object = None
 
 
 @dataclass(frozen=True)
@@ -135,7 +140,7 @@ def _check_common(q, pool, layer, sm_scale, cert, num_splits):
 
 
 def decode_attention(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale=None,
-                     cert=None, num_splits=None):
+                     cert=None, num_splits=None, page_contrib=False):
     """One decode step of paged attention over a quantized pool, with the SPEC certificate.
 
     Parameters
@@ -151,6 +156,8 @@ def decode_attention(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len,
     num_splits : int or None
         KV splits per (request, kv head); None picks one from the hardware.  Results do not depend
         on it beyond fp32 rounding.
+    page_contrib : bool
+        Also return the per-page certificate contributions (needs ``cert``; CPU backend for now).
 
     Returns
     -------
@@ -161,7 +168,11 @@ def decode_attention(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len,
     be = backend_of(q=q, kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len)
     if isinstance(pool, KVPool) and be != pool.backend:
         raise TypeError(f"q and the page table must live on the pool's device ({pool.backend})")
+    if page_contrib and cert is None:
+        raise ValueError("page_contrib needs a certificate (cert=CertConfig(...))")
     if be == "cuda":
+        if page_contrib:
+            raise NotImplementedError("page_contrib is computed on the CPU backend only for now")
         qd = to_cupy(q)
         layer, sm_scale, num_splits = _check_common(qd, pool, layer, sm_scale, cert, num_splits)
         return pool._dev.decode(qd, layer, to_cupy(kv_indptr), to_cupy(kv_indices),
@@ -173,10 +184,10 @@ def decode_attention(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len,
                           num_pages=pool.num_pages, page_size=pool.page_size)
     max_pages = int(np.max(np.diff(pt.indptr))) if B else 0
     ns = num_splits or default_num_splits_cpu(B, pool.num_kv_heads, max_pages)
-    return _decode_cpu(qh.astype(np.float32), pool, layer, pt, sm_scale, cert, ns)
+    return _decode_cpu(qh.astype(np.float32), pool, layer, pt, sm_scale, cert, ns, page_contrib)
 
 
-def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns):
+def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
     from ._cpu.decode import decode_stage1, merge_splits
 
     B, Hq, d = q32.shape
@@ -202,9 +213,18 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns):
                 u16(pool.values[layer, 1]), none16, none16, np.zeros((pool.num_kv_heads, 0), np.int32))
         quant = (0, 0, 8, d)
         beta = np.float32(0)
+    if getattr(pool, "tier_map", None) is None:  # no exact tier: every page is quantized
+        layer_map = np.broadcast_to(np.int32(-1), (pool.num_kv_heads, pool.num_pages))  # no allocation
+        tier_k = tier_v = np.zeros((1, pool.page_size, d), np.uint16)
+    else:
+        layer_map, tier_k, tier_v = pool.tier_map[layer], u16(pool.tier_k), u16(pool.tier_v)
+    P = max(1, int(np.max(np.diff(pt.indptr)))) if B and page_contrib else 1
+    page_lse = np.full((B, Hq, P), -np.inf, np.float32)
+    page_lam = np.full((B, Hq, P), -np.inf, np.float32)
     decode_stage1(np.ascontiguousarray(q32), *data, bands, pt.indptr, pt.indices, pt.last_page_len,
                   pool.page_size, np.float32(sm_scale), layer, *quant, tier, logb, beta, ns,
-                  isinstance(pool, Fp16Pool), o_part, lse_part, lam_part, cmax_part)
+                  isinstance(pool, Fp16Pool), layer_map, tier_k, tier_v, bool(page_contrib), o_part, lse_part,
+                  lam_part, cmax_part, page_lse, page_lam)
     o = np.empty((B, Hq, d), np.float32)
     lse = np.empty((B, Hq), np.float32)
     log_a = np.empty((B, Hq), np.float32)
@@ -212,5 +232,12 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns):
     merge_splits(o_part, lse_part, lam_part, cmax_part, o, lse, log_a, cmax)
     if cert is None:
         return DecodeResult(o, lse, num_splits=ns)
-    risk = cert_mod.risk_from_log_a(log_a)
-    return DecodeResult(o, lse, log_a, risk, cert_mod.tv_bound(risk, cmax), cmax, num_splits=ns)
+    risk = cert_mod.risk_from_log_a(log_a, lse)
+    contrib = None
+    if page_contrib:
+        L = lse.astype(np.float64)[..., None]
+        with np.errstate(over="ignore", invalid="ignore"):
+            contrib = np.exp(page_lam.astype(np.float64) - L) - np.exp(page_lse.astype(np.float64) - L)
+        contrib = np.where(np.isnan(contrib), np.inf, contrib)
+    return DecodeResult(o, lse, log_a, risk, cert_mod.tv_bound(risk, cmax), cmax, num_splits=ns,
+                        page_contrib=contrib)

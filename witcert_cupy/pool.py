@@ -160,10 +160,14 @@ class KVPool(PagedPool):
         ``'auto'`` picks ``'cuda'`` when CuPy sees a GPU.
     keep_exact : bool
         Keep the fp16 rows in a host backing store (the gate pages them back in).
+    exact_tier_pages : int
+        Capacity of the exact fp16 tier, in (layer, kv head, page) entries (SPEC §7).  A repaired
+        page is served from it exactly (``c_t = 0``) until one of its slots is rewritten.  Needs
+        ``keep_exact``.  CPU backend only for now (the CUDA decode does not read the tier yet).
     """
 
     def __init__(self, num_layers, num_kv_heads, head_dim, num_pages, page_size, config, *,
-                 backend="auto", keep_exact=False):
+                 backend="auto", keep_exact=False, exact_tier_pages=0):
         if not isinstance(config, QuantConfig):
             raise TypeError(f"config must be a QuantConfig, got {type(config).__name__}")
         super().__init__(num_layers, num_kv_heads, head_dim, num_pages, page_size, backend=backend,
@@ -180,6 +184,18 @@ class KVPool(PagedPool):
         self.scales = xp.zeros((L, 2, H, N, config.num_groups), xp.float16)
         self.outliers = xp.zeros((L, 2, H, N, 2 * config.n_pairs), xp.float16)
         self.witness = xp.zeros((L, 2, H, N, config.witness_bands), xp.float16)
+        cap = _int_arg("exact_tier_pages", exact_tier_pages, lo=0)
+        if cap and not self.keep_exact:
+            raise ValueError("exact_tier_pages needs keep_exact=True (the tier is filled from the backing store)")
+        if cap and self.backend == "cuda":
+            raise NotImplementedError("the exact tier (gated repair) runs on the CPU backend only for now")
+        self.exact_tier_pages = cap
+        # tier entry of (layer, kv head, page), -1 when the page is served quantized
+        self.tier_map = np.full((L, H, self.num_pages), -1, np.int32) if cap else None
+        shape = (max(cap, 1), self.page_size, d)
+        self.tier_k = np.zeros(shape, np.float16)
+        self.tier_v = np.zeros(shape, np.float16)
+        self._tier_free = list(range(cap - 1, -1, -1))
         if self.backend == "cuda":
             from . import _cuda
 
@@ -187,6 +203,46 @@ class KVPool(PagedPool):
 
     def bytes_per_token_side(self) -> int:
         return self.config.bytes_per_token_side()
+
+    # ------------------------------------------------------------------ exact tier (SPEC §7)
+    @property
+    def page_in_bytes(self) -> int:
+        """Bytes one page-in moves: exact fp16 K and V of one (layer, kv head, page)."""
+        return 2 * self.page_size * self.head_dim * 2
+
+    @property
+    def tier_free(self) -> int:
+        return len(self._tier_free)
+
+    def is_exact(self, layer, kv_head, page) -> bool:
+        return self.tier_map is not None and self.tier_map[layer, kv_head, page] >= 0
+
+    def page_in(self, layer, kv_head, page) -> int:
+        """Serve page ``page`` of ``(layer, kv_head)`` exactly from now on; returns the bytes moved
+        (0 if it was already exact).  Raises RuntimeError when the tier is full."""
+        if self.tier_map is None:
+            raise ValueError("this pool has no exact tier (exact_tier_pages=0)")
+        if self.tier_map[layer, kv_head, page] >= 0:
+            return 0
+        if not self._tier_free:
+            raise RuntimeError("the exact tier is full")
+        e = self._tier_free.pop()
+        rows = slice(page * self.page_size, (page + 1) * self.page_size)
+        self.tier_k[e] = self.exact[layer, 0, kv_head, rows]
+        self.tier_v[e] = self.exact[layer, 1, kv_head, rows]
+        self.tier_map[layer, kv_head, page] = e
+        return self.page_in_bytes
+
+    def _evict(self, layer, s64):
+        """A rewritten slot makes its page's exact copy stale: back to quantized storage."""
+        if self.tier_map is None:
+            return
+        for page in np.unique(s64 // self.page_size):
+            for h in range(self.num_kv_heads):
+                e = self.tier_map[layer, h, page]
+                if e >= 0:
+                    self.tier_map[layer, h, page] = -1
+                    self._tier_free.append(int(e))
 
     def _storage(self):
         return self.codes, self.scales, self.outliers, self.witness
@@ -224,6 +280,7 @@ class KVPool(PagedPool):
             self._keep(layer, side, s64, bits16)
             self.nonfinite_writes[0] += int(poisoned.sum())  # rows of this side
             poisoned[:] = 0
+        self._evict(layer, s64)
 
     def dequantized(self, layer, slots, side):
         """Reconstructed rows ``x̂`` (float32 ``[n, Hkv, d]``) at ``slots`` — what decode reads."""

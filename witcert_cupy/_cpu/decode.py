@@ -30,7 +30,8 @@ def _finite_or_inf(c):
 def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v,
                   bypass_ch, band_ch, kv_indptr, kv_indices, kv_last_page_len, page_size,
                   sm_scale, layer, k0, k1, bits, group_size, tier, log_budget, beta_steps,
-                  num_splits, fp16_store, o_part, lse_part, lam_part, cmax_part):
+                  num_splits, fp16_store, tier_map, tier_k, tier_v, want_pages,
+                  o_part, lse_part, lam_part, cmax_part, page_lse, page_lam):
     """Stage 1 over work units ``(b, kv_head, split)``.
 
     q : float32 ``[B, Hq, d]``; ``codes_* int8 [Hkv, N, d]``; ``scales_*``, ``outl_*``, ``wit_k``:
@@ -39,7 +40,12 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
     (an fp16 cache or a black-box scheme's x̂), no dither or scales are involved, and only Tier A
     (from the witness) is available.
     ``log_budget`` = ``log(2 / δ_loc)`` (float32, rounded up); the kernel adds ``log S``.
-    Outputs ``o_part [B, Hq, ns, d]``, ``lse_part``, ``lam_part``, ``cmax_part [B, Hq, ns]``.
+    Exact tier (SPEC §7): ``tier_map int32 [Hkv, num_pages]`` gives the tier entry of a (kv head,
+    page) or -1; entries hold exact fp16 K/V bits ``tier_k/tier_v uint16 [cap, page_size, d]``.
+    Tokens on such pages are served exactly with ``c_t = 0`` and do not count in ``S``.
+    Outputs ``o_part [B, Hq, ns, d]``, ``lse_part``, ``lam_part``, ``cmax_part [B, Hq, ns]``; with
+    ``want_pages`` also ``page_lse``/``page_lam [B, Hq, max_pages]`` (per page ``lse_j``, ``λ_j``;
+    ``-inf`` for an empty page), from which ``contrib_j = e^{λ_j − lse} − e^{lse_j − lse}`` (SPEC §6).
     Empty splits write ``lse = λ = -inf``; a split that meets a page index outside the pool, a
     last-page length outside ``[1, page_size]`` or a non-finite logit writes NaN output and an
     infinite certificate, and reads nothing out of bounds.
@@ -61,8 +67,14 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
         pa = min(s * pps, npages)
         pb = min(pa + pps, npages)
 
-        S = 0 if npages == 0 else (npages - 1) * page_size + last
         poisoned = npages > 0 and (last < 1 or last > page_size)
+        # quantized tokens this (request, kv head) attends: exact-tier pages do not count (SPEC §4)
+        S = 0
+        if not poisoned:
+            for pi in range(npages):
+                page = kv_indices[p_begin + pi]
+                if page < 0 or page >= num_pages or tier_map[h, page] < 0:
+                    S += last if pi == npages - 1 else page_size
 
         # per query head: scaled query, Tier-A band norms, Tier-B group coefficients
         qg = np.empty((G, d), np.float32)
@@ -103,6 +115,7 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
         l2 = np.zeros(G, np.float32)
         lam_inf = np.zeros(G, np.bool_)
         cmax = np.zeros(G, np.float32)
+        pst = np.zeros((G, 5), np.float32)  # per page: m, l, m2, l2, λ infinite
         xi = np.empty(d, np.float32)
         kh = np.empty(d, np.float32)
         vh = np.empty(d, np.float32)
@@ -114,10 +127,21 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
             if page < 0 or page >= num_pages:
                 poisoned = True
                 break
+            te = tier_map[h, page]
             ntok = last if pi == npages - 1 else page_size
+            for g in range(G):
+                pst[g, 0] = -_INF
+                pst[g, 1] = 0
+                pst[g, 2] = -_INF
+                pst[g, 3] = 0
+                pst[g, 4] = 0
             for off in range(ntok):
                 slot = page * page_size + off
-                if fp16_store:
+                if te >= 0:
+                    for c in range(d):
+                        kh[c] = f16_bits_to_f32(tier_k[te, off, c])
+                        vh[c] = f16_bits_to_f32(tier_v[te, off, c])
+                elif fp16_store:
                     for c in range(d):
                         kh[c] = f16_bits_to_f32(codes_k[h, slot, c])
                         vh[c] = f16_bits_to_f32(codes_v[h, slot, c])
@@ -143,7 +167,10 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                     for c in range(d):
                         acc_o[g, c] = acc_o[g, c] * sc + p * vh[c]
                     m[g] = mn
-                    if tier != TIER_NONE:
+                    if tier == TIER_NONE:
+                        continue
+                    ct = np.float32(0.0)  # exact tokens: c_t = 0
+                    if te < 0:
                         ct = _INF
                         if tier & 1:
                             ca = np.float32(0.0)
@@ -157,16 +184,33 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                                 sg = f16_bits_to_f32(scales_k[h, slot, gr])
                                 u2 += sg * sg * b_q2[g, gr]
                                 beta += sg * b_q1[g, gr]
-                            cb = _finite_or_inf((np.sqrt(u2) + beta) * _SLACK)
-                            ct = min(ct, cb)
-                        cmax[g] = max(cmax[g], ct)
-                        if ct == _INF:
-                            lam_inf[g] = True
-                        else:
+                            ct = min(ct, _finite_or_inf((np.sqrt(u2) + beta) * _SLACK))
+                    cmax[g] = max(cmax[g], ct)
+                    if ct == _INF:
+                        lam_inf[g] = True
+                        pst[g, 4] = 1
+                    else:
+                        x = lt + ct
+                        mn2 = max(m2[g], x)
+                        l2[g] = l2[g] * np.exp(m2[g] - mn2) + np.exp(x - mn2)
+                        m2[g] = mn2
+                    if want_pages:
+                        pm = max(pst[g, 0], lt)
+                        pst[g, 1] = pst[g, 1] * np.exp(pst[g, 0] - pm) + np.exp(lt - pm)
+                        pst[g, 0] = pm
+                        if ct != _INF:
                             x = lt + ct
-                            mn2 = max(m2[g], x)
-                            l2[g] = l2[g] * np.exp(m2[g] - mn2) + np.exp(x - mn2)
-                            m2[g] = mn2
+                            pm2 = max(pst[g, 2], x)
+                            pst[g, 3] = pst[g, 3] * np.exp(pst[g, 2] - pm2) + np.exp(x - pm2)
+                            pst[g, 2] = pm2
+            if want_pages:
+                for g in range(G):
+                    hq = h * G + g
+                    page_lse[b, hq, pi] = pst[g, 0] + np.log(pst[g, 1]) if pst[g, 1] > 0 else -_INF
+                    if pst[g, 4] != 0:
+                        page_lam[b, hq, pi] = _INF
+                    else:
+                        page_lam[b, hq, pi] = pst[g, 2] + np.log(pst[g, 3]) if pst[g, 3] > 0 else -_INF
             if poisoned:
                 break
 

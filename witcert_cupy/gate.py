@@ -1,0 +1,161 @@
+"""gated_decode: decode, and where the certificate exceeds τ, page exact values back in, page by
+page, until it holds (SPEC §7).
+
+For every (request, kv head) with a query head over the threshold, pages are ranked by their
+certificate contribution ``contrib_j`` (SPEC §6) summed over the offending heads, and the shortest
+prefix predicted to bring *every* offending head to ``A ≤ sqrt(1 + 2τ)`` is paged in from the host
+backing store into the pool's exact fp16 tier; then decode runs again.  Repair is persistent and
+incremental: an exact page has ``c_t = 0``, so it contributes nothing and is never chosen again, and
+it returns to quantized storage only when one of its slots is rewritten.
+
+``τ < 1`` is a certified TV threshold; ``τ ≥ 1`` ranks by the risk ``R`` where the bound is vacuous
+(R is monotone in A, so the same rule serves both).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import certificate as cert_mod
+from .arrays import backend_of, to_numpy
+from .config import CertConfig, _float_arg, _int_arg
+from .decode import check_page_table, decode_attention
+from .pool import KVPool
+
+
+@dataclass
+class GateReport:
+    """What one :func:`gated_decode` call did.
+
+    Attributes
+    ----------
+    pages_repaired : int
+        (kv head, page) entries paged in by this call.
+    bytes_paged_in : int64 ``[B]``
+        Bytes moved from the backing store per request (exact fp16 K and V).
+    rounds : int
+        Repair rounds run (each followed by a recomputation).
+    tier_full : bool
+        The exact tier ran out: some head may still exceed τ, and its certificate says so.
+    over_threshold : bool ``[B, Hq]``
+        Heads still above the threshold after the last recomputation.
+    mode : str
+        ``'certified'`` (τ < 1) or ``'risk-ranked'`` (τ ≥ 1).
+    history : list of dict
+        Per round: ``A_before`` and ``A_predicted`` (``[B, Hq]``) — the first-order prediction the
+        page choice was made on, to compare with the recomputed A of the next round.
+    """
+
+    pages_repaired: int = 0
+    bytes_paged_in: np.ndarray = None
+    rounds: int = 0
+    tier_full: bool = False
+    over_threshold: np.ndarray = None
+    mode: str = "certified"
+    history: list = field(default_factory=list)
+
+
+def _a_of(log_a):
+    a = np.exp(np.asarray(log_a, np.float64))
+    return np.where(np.isnan(a), np.inf, a)
+
+
+def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cert, tau, max_rounds=4,
+                 sm_scale=None, num_splits=None):
+    """Certified decode with block repair from the exact backing store (SPEC §7).
+
+    Parameters
+    ----------
+    q, pool, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, num_splits
+        As for :func:`~witcert_cupy.decode_attention`; ``pool`` is a :class:`KVPool` built with
+        ``keep_exact=True`` and ``exact_tier_pages > 0`` (CPU backend for now).
+    cert : CertConfig
+    tau : float
+        Threshold on the risk ``R`` (``> 0``): ``< 1`` certified, ``>= 1`` risk-ranked.
+    max_rounds : int
+        Repair rounds at most (each costs one recomputation).
+
+    Returns
+    -------
+    (DecodeResult, GateReport)
+        The result of the last recomputation (repaired pages served exactly) and the report.
+    """
+    if not isinstance(pool, KVPool):
+        raise TypeError(f"pool must be a KVPool, got {type(pool).__name__}")
+    if pool.tier_map is None:
+        raise ValueError("gated_decode needs a pool with an exact tier (KVPool(..., keep_exact=True, "
+                         "exact_tier_pages=N))")
+    if not isinstance(cert, CertConfig):
+        raise TypeError(f"cert must be a CertConfig, got {type(cert).__name__}")
+    tau = _float_arg("tau", tau, lo_open=0.0)
+    max_rounds = _int_arg("max_rounds", max_rounds, lo=0, hi=64)
+    if backend_of(q=q, kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len) != "cpu":
+        raise NotImplementedError("gated_decode runs on the CPU backend only for now")
+    qh = to_numpy("q", q)
+    B, Hq = qh.shape[0], qh.shape[1]
+    pt = check_page_table(kv_indptr, kv_indices, kv_last_page_len, batch=B, num_pages=pool.num_pages,
+                          page_size=pool.page_size)
+    G = Hq // pool.num_kv_heads
+    thr = cert_mod.a_threshold(tau)
+    report = GateReport(bytes_paged_in=np.zeros(B, np.int64), mode="certified" if tau < 1 else "risk-ranked")
+    kw = dict(layer=layer, kv_indptr=pt.indptr, kv_indices=pt.indices, kv_last_page_len=pt.last_page_len,
+              sm_scale=sm_scale, cert=cert, num_splits=num_splits)
+    for rnd in range(max_rounds + 1):
+        res = decode_attention(qh, pool, page_contrib=True, **kw)
+        A = _a_of(res.log_a)
+        over = A > thr
+        report.over_threshold = over
+        if not over.any() or rnd == max_rounds or report.tier_full:
+            break
+        predicted = A.copy()
+        for b in range(B):
+            pages = pt.indices[pt.indptr[b]:pt.indptr[b + 1]]
+            for h in range(pool.num_kv_heads):
+                heads = [h * G + g for g in range(G) if over[b, h * G + g]]
+                if not heads:
+                    continue
+                contrib = res.page_contrib[b, heads, :len(pages)]             # [heads, pages]
+                order = np.argsort(-contrib.sum(0), kind="stable")
+                order = [j for j in order if contrib[:, j].sum() > 0 and not pool.is_exact(layer, h, pages[j])]
+                if not order:
+                    continue
+                # shortest prefix predicted to bring every offending head under the threshold
+                cum = np.cumsum(contrib[:, order], axis=1)                     # [heads, k]
+                ok = np.all(A[b, heads][:, None] - cum <= thr, axis=0)
+                k = int(np.argmax(ok)) + 1 if ok.any() else len(order)
+                for j in order[:k]:
+                    try:
+                        moved = pool.page_in(layer, h, int(pages[j]))
+                    except RuntimeError:
+                        report.tier_full = True
+                        break
+                    report.bytes_paged_in[b] += moved
+                    report.pages_repaired += moved > 0
+                    predicted[b, heads] -= contrib[:, j]
+                if report.tier_full:
+                    break
+            if report.tier_full:
+                break
+        report.history.append({"A_before": A, "A_predicted": predicted})
+        report.rounds += 1
+    return res, report
+
+
+def attention_with_repaired_pages(pool, layer, page_table, b, q, *, sm_scale=None):
+    """float64 attention of request ``b`` over exact values on repaired pages and the reconstructed
+    values elsewhere — what a gated decode must equal (for tests and reports)."""
+    from . import reference
+
+    slots = page_table.slots(b, pool.page_size)
+    k = pool.dequantized(layer, slots, "k").astype(np.float64)
+    v = pool.dequantized(layer, slots, "v").astype(np.float64)
+    ke = pool.exact_rows(layer, slots, "k").astype(np.float64)
+    ve = pool.exact_rows(layer, slots, "v").astype(np.float64)
+    pages = slots // pool.page_size
+    for h in range(pool.num_kv_heads):
+        exact = np.array([pool.is_exact(layer, h, int(p)) for p in pages], bool)
+        k[exact, h] = ke[exact, h]
+        v[exact, h] = ve[exact, h]
+    return reference.attention(q, k, v, sm_scale=sm_scale)
