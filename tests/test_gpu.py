@@ -329,3 +329,27 @@ def test_fp16_store_bit_identical_and_metered(dtype):
                 tv = reference.true_tv(q[b], rows["k_exact"], rows["k_hat"])
                 assert np.all(tv <= rg.tv_bound[b].get())
                 assert np.allclose(rg.cmax[b].get(), rc.cmax[b], rtol=3e-6)
+
+
+def test_telemetry_on_device_without_host_sync():
+    import cupyx
+
+    pool, table, _, _ = filled_pool(np.random.default_rng(12), lengths=[300, 64], backend="cuda")
+    ip, ix, ll = on_device(pool, table)
+    tel = wc.Telemetry(1, 8, 0.05, backend="cuda")
+    q = cp.asarray(np.random.default_rng(0).standard_normal((3, 2, 8, 128)).astype(np.float32))
+    cert = wc.CertConfig(tier="B", steps=3)
+    wc.decode_attention(q[0], pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll, cert=cert)
+    cp.cuda.Device().synchronize()
+    risks = []
+    with cupyx.allow_synchronize(False):
+        for t in range(3):
+            r = wc.decode_attention(q[t], pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll,
+                                    cert=cert, telemetry=tel)
+            risks.append(r.risk)
+    R = np.stack([x.get() for x in risks])
+    snap = tel.snapshot()
+    assert snap["steps"] == 3 and snap["cells"] == R.size
+    assert snap["coverage"] == np.mean(R <= 0.05)
+    assert np.isclose(snap["max_r_finite"], R.max())
+    assert np.array_equal(snap["head_exceed"][0], (R > 0.05).sum(axis=(0, 1)))

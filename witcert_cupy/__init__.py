@@ -11,11 +11,12 @@ from .decode import DecodeResult, decode_attention
 from .gate import GateReport, gated_decode
 from .pool import Fp16Pool, KVPool
 from .stream import dither, philox4x32_10
+from .telemetry import Telemetry
 from .write import QuantizedKV, dequantize, quantize
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CertConfig", "DecodeResult", "Fp16Pool", "GateReport", "KVPool", "gated_decode", "QuantConfig", "QuantizedKV", "decode_attention",
+    "CertConfig", "DecodeResult", "Fp16Pool", "GateReport", "KVPool", "Telemetry", "gated_decode", "QuantConfig", "QuantizedKV", "decode_attention",
     "dequantize", "dither", "philox4x32_10", "quantize", "reference", "__version__",
 ]

@@ -140,7 +140,7 @@ def _check_common(q, pool, layer, sm_scale, cert, num_splits):
 
 
 def decode_attention(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale=None,
-                     cert=None, num_splits=None, page_contrib=False):
+                     cert=None, num_splits=None, page_contrib=False, telemetry=None):
     """One decode step of paged attention over a quantized pool, with the SPEC certificate.
 
     Parameters
@@ -158,6 +158,8 @@ def decode_attention(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len,
         on it beyond fp32 rounding.
     page_contrib : bool
         Also return the per-page certificate contributions (needs ``cert``; CPU backend for now).
+    telemetry : Telemetry or None
+        Adds this call's risks to the device-side aggregates (SPEC §8; needs ``cert``).
 
     Returns
     -------
@@ -166,10 +168,28 @@ def decode_attention(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len,
         GPU (no host synchronisation) such a row yields NaN output and an infinite certificate.
     """
     be = backend_of(q=q, kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len)
-    if isinstance(pool, KVPool) and be != pool.backend:
+    if isinstance(pool, PagedPool) and be != pool.backend:
         raise TypeError(f"q and the page table must live on the pool's device ({pool.backend})")
     if page_contrib and cert is None:
         raise ValueError("page_contrib needs a certificate (cert=CertConfig(...))")
+    if telemetry is not None:
+        from .telemetry import Telemetry
+
+        if not isinstance(telemetry, Telemetry):
+            raise TypeError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
+        if cert is None:
+            raise ValueError("telemetry needs a certificate (cert=CertConfig(...))")
+        if (telemetry.xp is np) != (be == "cpu"):
+            raise TypeError(f"telemetry counters must live on the pool's device ({be})")
+    res = _decode(q, pool, be, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits,
+                  page_contrib)
+    if telemetry is not None:
+        telemetry.record(layer, res.risk, pool.num_kv_heads)
+    return res
+
+
+def _decode(q, pool, be, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits,
+            page_contrib):
     if be == "cuda":
         if page_contrib:
             raise NotImplementedError("page_contrib is computed on the CPU backend only for now")

@@ -1,0 +1,97 @@
+"""Telemetry: aggregates of the certificate over (layer, query head, step) cells (SPEC §8).
+
+Every counter is an array on the backend's device, updated by array operations only: the step
+counter and the sampling predicate live there too, so recording never reads a device value on the
+host.  :meth:`Telemetry.snapshot` is the one explicit host read.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .config import _float_arg, _int_arg
+
+
+class Telemetry:
+    """Certificate telemetry of a model: pass it as ``decode_attention(..., telemetry=t)``.
+
+    Parameters
+    ----------
+    num_layers, num_q_heads : int
+    tau : float
+        Coverage threshold on the risk ``R`` (a cell is covered when ``R ≤ τ``).
+    sample_every : int
+        Record only steps whose index is a multiple of this (the predicate is evaluated on the
+        device).  A step starts with the call for layer 0.
+    backend : {'cpu', 'cuda'}
+        Where the counters live (the pool's backend).
+    """
+
+    def __init__(self, num_layers, num_q_heads, tau, *, sample_every=1, backend="cpu"):
+        self.num_layers = _int_arg("num_layers", num_layers, lo=1)
+        self.num_q_heads = _int_arg("num_q_heads", num_q_heads, lo=1)
+        self.tau = _float_arg("tau", tau, lo_open=0.0)
+        self.sample_every = _int_arg("sample_every", sample_every, lo=1)
+        if backend not in ("cpu", "cuda"):
+            raise ValueError(f"backend must be 'cpu' or 'cuda', got {backend!r}")
+        if backend == "cuda":
+            import cupy as xp
+        else:
+            xp = np
+        self.xp = xp
+        L, H = self.num_layers, self.num_q_heads
+        self.step = xp.full(1, -1, xp.int64)          # becomes 0 at the first layer-0 call
+        self.cells = xp.zeros(1, xp.int64)
+        self.covered = xp.zeros(1, xp.int64)
+        self.overflow = xp.zeros(1, xp.int64)
+        self.sum_r = xp.zeros(1, xp.float64)          # over finite R
+        self.max_r = xp.zeros(1, xp.float64)          # over finite R
+        self.head_max = xp.zeros((L, H), xp.float64)  # per (layer, query head), finite R
+        self.head_exceed = xp.zeros((L, H), xp.int64)
+        self.kv_cells = xp.zeros(1, xp.int64)         # (request, layer, kv head, step) cells
+        self.kv_covered = xp.zeros(1, xp.int64)       # ... whose G query heads are all covered
+
+    def record(self, layer, risk, num_kv_heads):
+        """Add one decode call's risks ``[B, Hq]`` (device array) for ``layer``."""
+        xp = self.xp
+        layer = _int_arg("layer", layer, lo=0, hi=self.num_layers - 1)
+        if risk.ndim != 2 or risk.shape[1] != self.num_q_heads:
+            raise ValueError(f"risk must have shape [B, {self.num_q_heads}], got {list(risk.shape)}")
+        if layer == 0:
+            self.step += 1
+        w = (self.step % self.sample_every == 0).astype(xp.int64)   # the sampling predicate, on device
+        wf = w.astype(xp.float64)
+        r = risk.astype(xp.float64)
+        finite = xp.isfinite(r)
+        r0 = xp.where(finite, r, 0.0)
+        ok = r <= self.tau                                          # NaN and inf are not covered
+        self.cells += w * r.size
+        self.covered += w * ok.sum()
+        self.overflow += w * (~finite).sum()
+        self.sum_r += wf * r0.sum()
+        if r.size:
+            self.max_r[...] = xp.maximum(self.max_r, wf * r0.max())
+            self.head_max[layer] = xp.maximum(self.head_max[layer], wf * r0.max(0))
+        self.head_exceed[layer] += w * (~ok).sum(0)
+        B = r.shape[0]
+        kv_ok = ok.reshape(B, num_kv_heads, -1).all(-1)
+        self.kv_cells += w * kv_ok.size
+        self.kv_covered += w * kv_ok.sum()
+
+    def snapshot(self) -> dict:
+        """One host read of every aggregate (this is the only synchronising call)."""
+        get = (lambda a: a.get()) if self.xp is not np else np.asarray
+        cells, kv_cells = int(get(self.cells)[0]), int(get(self.kv_cells)[0])
+        finite = cells - int(get(self.overflow)[0])
+        return {
+            "steps": int(get(self.step)[0]) + 1,
+            "cells": cells,
+            "coverage": int(get(self.covered)[0]) / cells if cells else None,
+            "overflow_fraction": int(get(self.overflow)[0]) / cells if cells else None,
+            "mean_r_finite": float(get(self.sum_r)[0]) / finite if finite else None,
+            "max_r_finite": float(get(self.max_r)[0]),
+            "head_max_r": get(self.head_max).copy(),
+            "head_exceed": get(self.head_exceed).copy(),
+            "kv_coverage": int(get(self.kv_covered)[0]) / kv_cells if kv_cells else None,
+            "tau": self.tau,
+        }
