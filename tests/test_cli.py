@@ -75,3 +75,4 @@ def test_readme_example_runs():
     exec(compile(code, "README.md", "exec"), ns)  # noqa: S102 - our own README
     res = ns["res"]
     assert res.o.shape == (1, 8, 128) and np.all(res.tv_bound >= 0) and np.all(res.tv_bound <= 1)
+

@@ -81,6 +81,9 @@ def run_demo(*, layers=2, kv_heads=2, group=4, head_dim=128, context=4096, batch
                       outlier_pairs=pairs)
     pages_per = [(S + page_size - 1) // page_size for S in lens]
     pool = KVPool(L, H, d, sum(pages_per), page_size, cfg, backend=backend, keep_exact=True)
+    # inputs are built on the host; the pool's backend decides where they run
+    dev = (lambda a: pool.xp.asarray(a)) if pool.backend == "cuda" else (lambda a: a)  # noqa: E731
+    host = reference.to_host
     rng = np.random.default_rng(seed + 7)
     perm = rng.permutation(sum(pages_per)).astype(np.int32)  # scattered pages, as in a real pool
     page_lists = np.split(perm, np.cumsum(pages_per)[:-1])
@@ -91,7 +94,7 @@ def run_demo(*, layers=2, kv_heads=2, group=4, head_dim=128, context=4096, batch
         slots = (page_lists[b][:, None].astype(np.int64) * page_size + np.arange(page_size)).reshape(-1)
         for layer in range(L):
             pre = lens[b] - T
-            pool.write(layer, slots[:pre], Ks[b][layer, :pre], Vs[b][layer, :pre])
+            pool.write(layer, dev(slots[:pre]), dev(Ks[b][layer, :pre]), dev(Vs[b][layer, :pre]))
     t_prefill = time.perf_counter() - t0
     _progress(f"[demo] wrote {sum(lens) - batch * T} prefix tokens x {L} layers in {t_prefill:.2f} s", quiet)
 
@@ -110,16 +113,18 @@ def run_demo(*, layers=2, kv_heads=2, group=4, head_dim=128, context=4096, batch
             v_new = np.stack([Vs[b][layer, cur[b] - 1] for b in range(batch)])
             q = np.stack([Qs[b][layer, t] for b in range(batch)])
             t0 = time.perf_counter()
-            pool.write(layer, new_slots, k_new, v_new)
-            res = decode_attention(q, pool, layer=layer, kv_indptr=indptr, kv_indices=indices,
-                                   kv_last_page_len=last, cert=cert)
+            pool.write(layer, dev(new_slots), dev(k_new), dev(v_new))
+            res = decode_attention(dev(q), pool, layer=layer, kv_indptr=dev(indptr), kv_indices=dev(indices),
+                                   kv_last_page_len=dev(last), cert=cert)
+            if pool.backend == "cuda":  # the kernels run asynchronously: wait before reading the clock
+                pool.xp.cuda.Device().synchronize()
             t_step += time.perf_counter() - t0
             for b in range(batch):
                 rows = reference.request_rows(pool, layer, pt, b)
                 tv = reference.true_tv(q[b], rows["k_exact"], rows["k_hat"])
                 trues.append(tv)
-                bounds.append(np.asarray(res.tv_bound[b]))
-                risks.append(np.asarray(res.risk[b]))
+                bounds.append(host(res.tv_bound[b]))
+                risks.append(host(res.risk[b]))
         step_times.append(t_step)
         _progress(f"[demo] step {t + 1}/{T}: {t_step * 1e3:.1f} ms for {L} layers "
                   f"(write + certified decode), max bound {max(np.max(x) for x in bounds[-L * batch:]):.3g}",
@@ -148,8 +153,7 @@ def run_demo(*, layers=2, kv_heads=2, group=4, head_dim=128, context=4096, batch
         "fp16_bytes_per_token": pool.fp16_bytes_per_token(),
         "compression_vs_fp16": pool.fp16_bytes_per_token() / pool.bytes_per_token(),
         "ms_per_step": float(np.median(step_times) * 1e3),
-        "nonfinite_writes": int(np.asarray(pool.nonfinite_writes)[0]) if pool.backend == "cpu"
-        else int(pool.nonfinite_writes.get()[0]),
+        "nonfinite_writes": int(host(pool.nonfinite_writes)[0]),
         "wall_s": time.perf_counter() - t_start,
     }
     return report

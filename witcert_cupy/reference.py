@@ -117,14 +117,14 @@ def request_rows(pool, layer, page_table, b):
     """
     slots = page_table.slots(b, pool.page_size)
     out = {"slots": slots}
-    out["k_hat"] = _host(pool.dequantized(layer, _dev(pool, slots), "k"))
-    out["v_hat"] = _host(pool.dequantized(layer, _dev(pool, slots), "v"))
+    out["k_hat"] = to_host(pool.dequantized(layer, _dev(pool, slots), "k"))
+    out["v_hat"] = to_host(pool.dequantized(layer, _dev(pool, slots), "v"))
     if pool.keep_exact:
         out["k_exact"] = pool.exact_rows(layer, slots, "k").astype(np.float64)
         out["v_exact"] = pool.exact_rows(layer, slots, "v").astype(np.float64)
     if hasattr(pool, "scales"):  # an INT8 KVPool (an Fp16Pool has none)
-        out["k_scales"] = _host(pool.scales[layer, 0][:, _dev(pool, slots)]).transpose(1, 0, 2)
-    out["k_witness"] = _host(pool.witness[layer, 0][:, _dev(pool, slots)]).transpose(1, 0, 2)
+        out["k_scales"] = to_host(pool.scales[layer, 0][:, _dev(pool, slots)]).transpose(1, 0, 2)
+    out["k_witness"] = to_host(pool.witness[layer, 0][:, _dev(pool, slots)]).transpose(1, 0, 2)
     return out
 
 
@@ -132,5 +132,6 @@ def _dev(pool, a):
     return pool.xp.asarray(a) if pool.backend == "cuda" else a
 
 
-def _host(a):
+def to_host(a):
+    """A NumPy copy/view of a NumPy or CuPy array."""
     return a.get() if hasattr(a, "get") else np.asarray(a)
