@@ -22,7 +22,7 @@ from . import certificate as cert_mod
 from .arrays import backend_of, to_numpy
 from .config import CertConfig, _float_arg, _int_arg
 from .decode import check_page_table, decode_attention
-from .pool import KVPool
+from .pool import PagedPool
 
 
 @dataclass
@@ -69,8 +69,9 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
     Parameters
     ----------
     q, pool, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, num_splits
-        As for :func:`~witcert_cupy.decode_attention`; ``pool`` is a :class:`KVPool` built with
-        ``keep_exact=True`` and ``exact_tier_pages > 0`` (CPU backend for now).
+        As for :func:`~witcert_cupy.decode_attention`; ``pool`` (a :class:`KVPool`, or an
+        :class:`Fp16Pool`/:class:`SchemePool` metered by Tier A) is built with ``keep_exact=True`` and
+        ``exact_tier_pages > 0`` (CPU backend for now).
     cert : CertConfig
     tau : float
         Threshold on the risk ``R`` (``> 0``): ``< 1`` certified, ``>= 1`` risk-ranked.
@@ -82,11 +83,10 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
     (DecodeResult, GateReport)
         The result of the last recomputation (repaired pages served exactly) and the report.
     """
-    if not isinstance(pool, KVPool):
-        raise TypeError(f"pool must be a KVPool, got {type(pool).__name__}")
+    if not isinstance(pool, PagedPool):
+        raise TypeError(f"pool must be a KVPool, Fp16Pool or SchemePool, got {type(pool).__name__}")
     if pool.tier_map is None:
-        raise ValueError("gated_decode needs a pool with an exact tier (KVPool(..., keep_exact=True, "
-                         "exact_tier_pages=N))")
+        raise ValueError("gated_decode needs a pool with an exact tier (keep_exact=True, exact_tier_pages=N)")
     if not isinstance(cert, CertConfig):
         raise TypeError(f"cert must be a CertConfig, got {type(cert).__name__}")
     tau = _float_arg("tau", tau, lo_open=0.0)

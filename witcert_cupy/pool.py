@@ -32,7 +32,7 @@ class PagedPool:
     """
 
     def __init__(self, num_layers, num_kv_heads, head_dim, num_pages, page_size, *, backend="auto",
-                 keep_exact=False):
+                 keep_exact=False, exact_tier_pages=0):
         self.num_layers = _int_arg("num_layers", num_layers, lo=1, hi=C.MAX_LAYER)
         self.num_kv_heads = _int_arg("num_kv_heads", num_kv_heads, lo=1, hi=C.MAX_KV_HEAD)
         self.head_dim = _int_arg("head_dim", head_dim, lo=2)
@@ -55,6 +55,57 @@ class PagedPool:
         self.exact = np.zeros(shape, np.float16) if self.keep_exact else None
         # rows (token, kv head, side) written with a NaN/inf: readable without a per-step host sync
         self.nonfinite_writes = self.xp.zeros(1, self.xp.int64)
+        cap = _int_arg("exact_tier_pages", exact_tier_pages, lo=0)
+        if cap and not self.keep_exact:
+            raise ValueError("exact_tier_pages needs keep_exact=True (the tier is filled from the backing store)")
+        if cap and self.backend == "cuda":
+            raise NotImplementedError("the exact tier (gated repair) runs on the CPU backend only for now")
+        self.exact_tier_pages = cap
+        # tier entry of (layer, kv head, page), -1 when the page is served from the store
+        self.tier_map = np.full((self.num_layers, self.num_kv_heads, self.num_pages), -1, np.int32) if cap else None
+        self.tier_k = np.zeros((max(cap, 1), self.page_size, self.head_dim), np.float16)
+        self.tier_v = np.zeros_like(self.tier_k)
+        self._tier_free = list(range(cap - 1, -1, -1))
+
+    # ------------------------------------------------------------------ exact tier (SPEC §7)
+    @property
+    def page_in_bytes(self) -> int:
+        """Bytes one page-in moves: exact fp16 K and V of one (layer, kv head, page)."""
+        return 2 * self.page_size * self.head_dim * 2
+
+    @property
+    def tier_free(self) -> int:
+        return len(self._tier_free)
+
+    def is_exact(self, layer, kv_head, page) -> bool:
+        return self.tier_map is not None and self.tier_map[layer, kv_head, page] >= 0
+
+    def page_in(self, layer, kv_head, page) -> int:
+        """Serve page ``page`` of ``(layer, kv_head)`` exactly from now on; returns the bytes moved
+        (0 if it was already exact).  Raises RuntimeError when the tier is full."""
+        if self.tier_map is None:
+            raise ValueError("this pool has no exact tier (exact_tier_pages=0)")
+        if self.tier_map[layer, kv_head, page] >= 0:
+            return 0
+        if not self._tier_free:
+            raise RuntimeError("the exact tier is full")
+        e = self._tier_free.pop()
+        rows = slice(page * self.page_size, (page + 1) * self.page_size)
+        self.tier_k[e] = self.exact[layer, 0, kv_head, rows]
+        self.tier_v[e] = self.exact[layer, 1, kv_head, rows]
+        self.tier_map[layer, kv_head, page] = e
+        return self.page_in_bytes
+
+    def _evict(self, layer, s64):
+        """A rewritten slot makes its page's exact copy stale: back to quantized storage."""
+        if self.tier_map is None:
+            return
+        for page in np.unique(s64 // self.page_size):
+            for h in range(self.num_kv_heads):
+                e = self.tier_map[layer, h, page]
+                if e >= 0:
+                    self.tier_map[layer, h, page] = -1
+                    self._tier_free.append(int(e))
 
     @property
     def xp(self):
@@ -171,7 +222,7 @@ class KVPool(PagedPool):
         if not isinstance(config, QuantConfig):
             raise TypeError(f"config must be a QuantConfig, got {type(config).__name__}")
         super().__init__(num_layers, num_kv_heads, head_dim, num_pages, page_size, backend=backend,
-                         keep_exact=keep_exact)
+                         keep_exact=keep_exact, exact_tier_pages=exact_tier_pages)
         if self.head_dim != config.head_dim:
             raise ValueError(f"head_dim ({self.head_dim}) must equal config.head_dim ({config.head_dim})")
         self.config = config
@@ -184,18 +235,6 @@ class KVPool(PagedPool):
         self.scales = xp.zeros((L, 2, H, N, config.num_groups), xp.float16)
         self.outliers = xp.zeros((L, 2, H, N, 2 * config.n_pairs), xp.float16)
         self.witness = xp.zeros((L, 2, H, N, config.witness_bands), xp.float16)
-        cap = _int_arg("exact_tier_pages", exact_tier_pages, lo=0)
-        if cap and not self.keep_exact:
-            raise ValueError("exact_tier_pages needs keep_exact=True (the tier is filled from the backing store)")
-        if cap and self.backend == "cuda":
-            raise NotImplementedError("the exact tier (gated repair) runs on the CPU backend only for now")
-        self.exact_tier_pages = cap
-        # tier entry of (layer, kv head, page), -1 when the page is served quantized
-        self.tier_map = np.full((L, H, self.num_pages), -1, np.int32) if cap else None
-        shape = (max(cap, 1), self.page_size, d)
-        self.tier_k = np.zeros(shape, np.float16)
-        self.tier_v = np.zeros(shape, np.float16)
-        self._tier_free = list(range(cap - 1, -1, -1))
         if self.backend == "cuda":
             from . import _cuda
 
@@ -203,46 +242,6 @@ class KVPool(PagedPool):
 
     def bytes_per_token_side(self) -> int:
         return self.config.bytes_per_token_side()
-
-    # ------------------------------------------------------------------ exact tier (SPEC §7)
-    @property
-    def page_in_bytes(self) -> int:
-        """Bytes one page-in moves: exact fp16 K and V of one (layer, kv head, page)."""
-        return 2 * self.page_size * self.head_dim * 2
-
-    @property
-    def tier_free(self) -> int:
-        return len(self._tier_free)
-
-    def is_exact(self, layer, kv_head, page) -> bool:
-        return self.tier_map is not None and self.tier_map[layer, kv_head, page] >= 0
-
-    def page_in(self, layer, kv_head, page) -> int:
-        """Serve page ``page`` of ``(layer, kv_head)`` exactly from now on; returns the bytes moved
-        (0 if it was already exact).  Raises RuntimeError when the tier is full."""
-        if self.tier_map is None:
-            raise ValueError("this pool has no exact tier (exact_tier_pages=0)")
-        if self.tier_map[layer, kv_head, page] >= 0:
-            return 0
-        if not self._tier_free:
-            raise RuntimeError("the exact tier is full")
-        e = self._tier_free.pop()
-        rows = slice(page * self.page_size, (page + 1) * self.page_size)
-        self.tier_k[e] = self.exact[layer, 0, kv_head, rows]
-        self.tier_v[e] = self.exact[layer, 1, kv_head, rows]
-        self.tier_map[layer, kv_head, page] = e
-        return self.page_in_bytes
-
-    def _evict(self, layer, s64):
-        """A rewritten slot makes its page's exact copy stale: back to quantized storage."""
-        if self.tier_map is None:
-            return
-        for page in np.unique(s64 // self.page_size):
-            for h in range(self.num_kv_heads):
-                e = self.tier_map[layer, h, page]
-                if e >= 0:
-                    self.tier_map[layer, h, page] = -1
-                    self._tier_free.append(int(e))
 
     def _storage(self):
         return self.codes, self.scales, self.outliers, self.witness
@@ -321,13 +320,13 @@ class Fp16Pool(PagedPool):
         0 (no certificate) or a divisor of ``head_dim // 2``.
     rope : {'neox', 'gptj'}
         RoPE pair layout of the bands.
-    backend, keep_exact : as for :class:`KVPool`
+    backend, keep_exact, exact_tier_pages : as for :class:`KVPool`
     """
 
     def __init__(self, num_layers, num_kv_heads, head_dim, num_pages, page_size, *, witness_bands=0,
-                 rope="neox", backend="auto", keep_exact=False):
+                 rope="neox", backend="auto", keep_exact=False, exact_tier_pages=0):
         super().__init__(num_layers, num_kv_heads, head_dim, num_pages, page_size, backend=backend,
-                         keep_exact=keep_exact)
+                         keep_exact=keep_exact, exact_tier_pages=exact_tier_pages)
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even, got {self.head_dim}")
         self.witness_bands = _int_arg("witness_bands", witness_bands, lo=0)
@@ -381,6 +380,7 @@ class Fp16Pool(PagedPool):
             self._keep(layer, side, s64, exact)
             self.nonfinite_writes[0] += int(poisoned.sum())
             poisoned[:] = 0
+        self._evict(layer, s64)
 
     def dequantized(self, layer, slots, side):
         """The stored rows as float32 ``[n, Hkv, d]`` — what decode reads."""

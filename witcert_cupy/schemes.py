@@ -144,14 +144,15 @@ class SchemePool(Fp16Pool):
     num_layers, num_kv_heads, head_dim, num_pages, page_size : int
     scheme : str, Scheme or callable
         A registered name (``list_schemes()``), a :class:`Scheme`, or ``fn(x) -> x̂``.
-    witness_bands, rope, backend, keep_exact : as for :class:`Fp16Pool` (16 bands by default)
+    witness_bands, rope, backend, keep_exact, exact_tier_pages : as for :class:`Fp16Pool` (16 bands
+        by default); with an exact tier, :func:`~witcert_cupy.gated_decode` repairs the scheme
     """
 
     def __init__(self, num_layers, num_kv_heads, head_dim, num_pages, page_size, scheme, *, witness_bands=16,
-                 rope="neox", backend="auto", keep_exact=False):
+                 rope="neox", backend="auto", keep_exact=False, exact_tier_pages=0):
         self.scheme = get_scheme(scheme)
         super().__init__(num_layers, num_kv_heads, head_dim, num_pages, page_size, witness_bands=witness_bands,
-                         rope=rope, backend=backend, keep_exact=keep_exact)
+                         rope=rope, backend=backend, keep_exact=keep_exact, exact_tier_pages=exact_tier_pages)
 
     def write(self, layer, slots, k, v):
         """Store ``scheme(k)``, ``scheme(v)`` at ``slots`` with the witness against ``k``, ``v``."""
