@@ -5,7 +5,7 @@ import pytest
 
 import witcert_cupy as wc
 from witcert_cupy import reference
-from witcert_cupy.gate import attention_with_repaired_pages
+from witcert_cupy.gate import attention_with_repaired_pages, served_rows
 from helpers import contiguous_table, page_table, random_rows
 
 
@@ -25,11 +25,7 @@ def risky_pool(rng, lengths, *, cap=64, H=2, d=128, page=16, massive=150.0):
 
 def served_tv(pool, pt, q, b):
     """float64 true TV of what the gated pool serves (exact rows on repaired pages) vs the exact keys."""
-    rows = reference.request_rows(pool, 0, pt, b)
-    served = rows["k_hat"].astype(np.float64)
-    for h in range(pool.num_kv_heads):
-        ex = np.array([pool.is_exact(0, h, int(s) // pool.page_size) for s in rows["slots"]])
-        served[ex, h] = rows["k_exact"][ex, h]
+    rows, served, _ = served_rows(pool, 0, pt, b)
     return reference.true_tv(q[b], rows["k_exact"], served)
 
 

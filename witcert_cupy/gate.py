@@ -143,19 +143,27 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
     return res, report
 
 
-def attention_with_repaired_pages(pool, layer, page_table, b, q, *, sm_scale=None):
-    """float64 attention of request ``b`` over exact values on repaired pages and the reconstructed
-    values elsewhere — what a gated decode must equal (for tests and reports)."""
+def served_rows(pool, layer, page_table, b):
+    """What the pool serves for request ``b`` after repair: ``(rows, k, v)`` with ``rows`` from
+    :func:`reference.request_rows` and float64 ``k``/``v`` ``[S, Hkv, d]`` holding the exact rows on
+    repaired (kv head, page) entries and the reconstruction elsewhere (for tests and reports)."""
     from . import reference
 
-    slots = page_table.slots(b, pool.page_size)
-    k = pool.dequantized(layer, slots, "k").astype(np.float64)
-    v = pool.dequantized(layer, slots, "v").astype(np.float64)
-    ke = pool.exact_rows(layer, slots, "k").astype(np.float64)
-    ve = pool.exact_rows(layer, slots, "v").astype(np.float64)
-    pages = slots // pool.page_size
+    rows = reference.request_rows(pool, layer, page_table, b)
+    k = rows["k_hat"].astype(np.float64)
+    v = rows["v_hat"].astype(np.float64)
+    pages = rows["slots"] // pool.page_size
     for h in range(pool.num_kv_heads):
         exact = np.array([pool.is_exact(layer, h, int(p)) for p in pages], bool)
-        k[exact, h] = ke[exact, h]
-        v[exact, h] = ve[exact, h]
+        k[exact, h] = rows["k_exact"][exact, h]
+        v[exact, h] = rows["v_exact"][exact, h]
+    return rows, k, v
+
+
+def attention_with_repaired_pages(pool, layer, page_table, b, q, *, sm_scale=None):
+    """float64 attention of request ``b`` over what the gated pool serves — what a gated decode must
+    equal (for tests and reports)."""
+    from . import reference
+
+    _, k, v = served_rows(pool, layer, page_table, b)
     return reference.attention(q, k, v, sm_scale=sm_scale)

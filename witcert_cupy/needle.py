@@ -16,7 +16,7 @@ from . import reference
 from .certificate import a_threshold
 from .config import CertConfig
 from .decode import check_page_table, decode_attention
-from .gate import gated_decode
+from .gate import gated_decode, served_rows
 from .schemes import SchemePool
 
 
@@ -46,15 +46,6 @@ def make_instance(rng, *, context, head_dim=128, massive=(250.0, 400.0), margin=
     return k.astype(np.float32), t, q[None].astype(np.float32)
 
 
-def _served_keys(pool, pt):
-    rows = reference.request_rows(pool, 0, pt, 0)
-    served = rows["k_hat"].astype(np.float64)
-    for h in range(pool.num_kv_heads):
-        ex = np.array([pool.is_exact(0, h, int(s) // pool.page_size) for s in rows["slots"]], bool)
-        served[ex, h] = rows["k_exact"][ex, h]
-    return rows, served
-
-
 def run_needle(scheme, *, instances=20, context=2048, page_size=16, tau=5.0, max_rounds=4, tier_pages=None,
                seed=0, progress=None):
     """Retrieval of a planted needle through ``scheme`` raw and gated, over ``instances`` contexts.
@@ -79,13 +70,13 @@ def run_needle(scheme, *, instances=20, context=2048, page_size=16, tau=5.0, max
                           exact_tier_pages=tier_pages, backend="cpu")
         pool.write(0, np.arange(context), k, v)
         pt = check_page_table(ip, ix, ll, batch=1, num_pages=npages, page_size=page_size)
-        rows, served = _served_keys(pool, pt)
+        rows, served, _ = served_rows(pool, 0, pt, 0)
         p_exact = reference.softmax(reference.logits(q, rows["k_exact"]))[0]
         p_raw = reference.softmax(reference.logits(q, served))[0]
         raw = decode_attention(q[None], pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll, cert=cert)
         res, rep = gated_decode(q[None], pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll, cert=cert,
                                 tau=tau, max_rounds=max_rounds)
-        _, served_g = _served_keys(pool, pt)
+        _, served_g, _ = served_rows(pool, 0, pt, 0)
         p_gated = reference.softmax(reference.logits(q, served_g))[0]
         recs.append({
             "needle": t,
