@@ -76,3 +76,21 @@ def test_readme_example_runs():
     res = ns["res"]
     assert res.o.shape == (1, 8, 128) and np.all(res.tv_bound >= 0) and np.all(res.tv_bound <= 1)
 
+
+
+def test_report_renders_on_cpu(tmp_path):
+    out = _cli("report", "--backend", "cpu", "--quiet", "--layers", "1", "--context", "300", "--steps", "2",
+               "--out", str(tmp_path / "rep"))
+    assert out.returncode == 0, out.stderr
+    rep = json.loads((tmp_path / "rep" / "report.json").read_text())
+    names = [r["config"] for r in rep["rows"]]
+    assert "int8 (2 exact pairs)" in names and "fp8_e4m3" in names
+    for r in rep["rows"]:
+        assert r["violations"] == 0
+        assert len(r["scatter"]["bound"]) == len(r["scatter"]["true_tv"]) == 1 * 8 * 2
+        if r["kind"] == "int8":
+            assert len(r["risk_coverage_curve"]) == len(rep["deltas"])
+            assert r["risk_coverage_curve"] == sorted(r["risk_coverage_curve"])  # looser δ, more coverage
+    for png in ("risk_coverage.png", "bound_vs_true.png"):
+        assert (tmp_path / "rep" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "witcert report" in out.stdout

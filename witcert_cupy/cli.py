@@ -28,6 +28,22 @@ def _demo(args):
     return 0 if report["violations"] == 0 else 1
 
 
+def _report(args):
+    from .report import format_report, run_report, write_report
+
+    backend = args.backend
+    if backend == "auto":
+        from .pool import cuda_available
+
+        backend = "cuda" if cuda_available() else "cpu"
+    rep = run_report(layers=args.layers, context=args.context, steps=args.steps, tau=args.tau, seed=args.seed,
+                     backend=backend, quiet=args.quiet)
+    paths = write_report(rep, args.out)
+    print(format_report(rep))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0 if all(r["violations"] == 0 for r in rep["rows"]) else 1
+
+
 def _info(_args):
     import numba
     import numpy
@@ -70,6 +86,16 @@ def main(argv=None):
     d.add_argument("--witness-bands", type=int, default=16)
     d.add_argument("--seed", type=int, default=0)
     d.set_defaults(fn=_demo)
+    r = sub.add_parser("report", help="the quad report (coverage, latency, error, memory) with plots")
+    r.add_argument("--out", default="witcert-report", help="directory for report.json and the PNGs")
+    r.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
+    r.add_argument("--layers", type=int, default=2)
+    r.add_argument("--context", type=int, default=1024)
+    r.add_argument("--steps", type=int, default=4)
+    r.add_argument("--tau", type=float, default=0.2)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--quiet", action="store_true")
+    r.set_defaults(fn=_report)
     i = sub.add_parser("info", help="versions and devices")
     i.set_defaults(fn=_info)
     args = p.parse_args(argv)

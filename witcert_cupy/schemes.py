@@ -30,20 +30,24 @@ def _xp(x):
 
 
 class Scheme(NamedTuple):
-    """A registered scheme: ``key(x)`` for K rows, ``value(x)`` for V rows."""
+    """A registered scheme: ``key(x)`` for K rows, ``value(x)`` for V rows, and optionally
+    ``nominal_bytes(d)``: what the scheme itself would store per token, KV head and side (a
+    :class:`SchemePool` stores the values in fp16 to meter them)."""
 
     name: str
     key: Callable
     value: Callable
+    nominal_bytes: Callable | None = None
 
 
 _REGISTRY: dict[str, Scheme] = {}
 
 
-def register_scheme(name, fn, *, value_fn=None, replace=False):
+def register_scheme(name, fn, *, value_fn=None, nominal_bytes=None, replace=False):
     """Register ``fn(x) -> x̂`` (``x`` float ``[n, Hkv, d]``) under ``name``.
 
-    ``value_fn`` is used for V rows when the scheme treats them differently (default: ``fn``).
+    ``value_fn`` is used for V rows when the scheme treats them differently (default: ``fn``);
+    ``nominal_bytes(d)`` gives the scheme's own storage per token, KV head and side (reports).
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty string, got {name!r}")
@@ -52,7 +56,7 @@ def register_scheme(name, fn, *, value_fn=None, replace=False):
             raise TypeError(f"{arg} must be callable, got {type(f).__name__}")
     if name in _REGISTRY and not replace:
         raise ValueError(f"a scheme named {name!r} is already registered (pass replace=True)")
-    _REGISTRY[name] = Scheme(name, fn, value_fn or fn)
+    _REGISTRY[name] = Scheme(name, fn, value_fn or fn, nominal_bytes)
     return _REGISTRY[name]
 
 
@@ -127,10 +131,12 @@ def kivi2_value(x, group=32):
     return _asym2(x.astype(xp.float32).reshape(n, H, d // group, group), axis=-1).reshape(n, H, d)
 
 
-register_scheme("fp8_e4m3", fp8_e4m3)
-register_scheme("rtn_int8", rtn_int8)
-register_scheme("rtn_int4", rtn_int4)
-register_scheme("kivi2", kivi2_key, value_fn=kivi2_value)
+# nominal storage per token, KV head and side: values + fp16 scales (and zero points for kivi2; its
+# per-channel key statistics are amortised over the rows of a write and not counted)
+register_scheme("fp8_e4m3", fp8_e4m3, nominal_bytes=lambda d: d)
+register_scheme("rtn_int8", rtn_int8, nominal_bytes=lambda d: d + 2 * d // 32)
+register_scheme("rtn_int4", rtn_int4, nominal_bytes=lambda d: d // 2 + 2 * d // 32)
+register_scheme("kivi2", kivi2_key, value_fn=kivi2_value, nominal_bytes=lambda d: d // 4 + 4 * d // 32)
 
 
 class SchemePool(Fp16Pool):
