@@ -198,7 +198,3 @@ class CertConfig:
     @property
     def uses_witness(self) -> bool:
         return "A" in self.tier
-
-    @property
-    def uses_dither(self) -> bool:
-        return "B" in self.tier
