@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (see the device notes: few, full calls): environment, the GPU test suite, the
 # compute-sanitizer fuzz, and the benchmarks.  Everything lands under $OUT (at most 8 files).
-#   bash bench/gpu_session.sh [tests|quick|full]   (tests: no benchmarks)
+#   bash bench/gpu_session.sh [tests|issue4|tp|quick|full]   (tests: no benchmarks; tp: + NCCL run)
 set -u
 MODE=${1:-quick}
 export PYTHONPATH=.:tests PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupy_cache NUMBA_CACHE_DIR=/tmp/numba_cache
@@ -16,13 +16,22 @@ mkdir -p "$OUT"
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 echo "== GPU tests"
-python3 -m pytest -m gpu tests/test_gpu.py -q -rA -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+python3 -m pytest -m gpu tests/ -q -rA -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
 echo "== compute-sanitizer memcheck fuzz"
 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 python3 tests/gpu_fuzz.py 30 \
   > "$OUT/sanitizer.log" 2>&1
 echo "sanitizer exit code $?" >> "$OUT/sanitizer.log"
 tail -8 "$OUT/sanitizer.log"
 [ "$MODE" = tests ] && exit 0
+echo "== telemetry and gate benchmark"
+python3 bench/telemetry_gate.py --out "$OUT" 2>&1 | tee "$OUT/bench_telemetry_gate.log" | tail -12
+[ "$MODE" = issue4 ] && exit 0
+if [ "$MODE" = tp ]; then
+  echo "== tensor-parallel decode (NCCL, one process per GPU)"
+  NCCL_NVLS_ENABLE=0 python3 python/tp_decode.py --worlds 1,2,4 --check --out "$OUT/tp" 2>&1 | tee "$OUT/tp_decode.log" | tail -8
+  rm -f "$OUT"/tp/*.npz
+  exit 0
+fi
 echo "== benchmarks ($MODE)"
 if [ "$MODE" = full ]; then
   python3 bench/decode.py --out "$OUT" 2>&1 | tee "$OUT/bench_decode.log" | tail -60

@@ -9,20 +9,32 @@
 //   λ = log Σ e^{ℓ̃ + c} with its own running max, and cmax.
 //   Reads: codes/scales/outliers (+ witness for Tier A) of the split's tokens, the page table.
 //   Writes: o_part [B, Hq, ns, D], lse_part / lam_part / cmax_part [B, Hq, ns].
+//   Exact tier (SPEC §7, optional: tier_map != null): tier_map [H, tier_stride] of this layer gives
+//   the tier entry of a page, or -1; tokens on such pages are read from tier_k/tier_v
+//   [tier_cap, page_size, D] (fp16) with c_t = 0 and do not count in S.
+//   Page contributions (SPEC §6, optional: want_pages): page_lse / page_lam [B, Hq, max_pages]
+//   receive per page lse_j and λ_j (natural log; -inf for an empty sum, +inf for λ with an
+//   infinite c_t).  Tokens are staged per window of PW tokens in shared memory (aliasing the final
+//   reduction buffer) and each page is reduced whole: windows are page aligned.
+//   head_base: the pool's first kv head in the model (tensor-parallel shard): ξ is keyed by the
+//   global kv head, like the write path.
 //   Shared memory: static, < 48 KB for D <= 256, G <= 8.
 //   Never reads out of bounds: page ids outside [0, num_pages), an inconsistent kv_indptr or a
 //   last-page length outside [1, page_size] poison the split (NaN output, infinite certificate).
 //   FP16 = true: the same kernel over an Fp16Pool (stored fp16 values, no dither or scales; Tier A
 //   from the witness, or no certificate): our fp16 baseline and the meter of black-box schemes.
 // decode_merge: grid (B * Hq), block D: SPEC §6 stage 2, twin of _cpu/decode.py::merge_splits.
+// decode_certify: SPEC §5 risk and TV bound per cell into preallocated float64 outputs.
 #include "common.cuh"
 #include "philox.cuh"
+#include "certificate.cuh"
 
 #define DEC_THREADS 128
 #define DEC_WARPS (DEC_THREADS / 32)
 #define VEC 8
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
+#define PW 128  // tokens per page-contribution window (>= the largest page size, a multiple of TOK_STEP)
 
 struct DecodeArgs {
     const float* q;                          // [B, Hq, D] fp32
@@ -39,8 +51,14 @@ struct DecodeArgs {
     float* lse_part;
     float* lam_part;
     float* cmax_part;
+    const int* tier_map;                     // [H, tier_stride] of this layer, or null (no exact tier)
+    const u16* tier_k;                       // [tier_cap, page_size, D] fp16
+    const u16* tier_v;
+    float* page_lse;                         // [B, Hq, max_pages] when want_pages
+    float* page_lam;
     i64 N;                                   // slots in the pool
     int B, H, layer, gs, NP2, NB, page_shift, num_pages, nnz, num_splits, tier, bits;
+    int tier_stride, tier_cap, want_pages, max_pages, head_base;
     u32 k0, k1;
     float sm, log_budget, beta_steps;
 };
@@ -135,13 +153,16 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     const u16* __restrict__ outl, const u16* __restrict__ wit, const int* __restrict__ bypass_ch,
     const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
     const int* __restrict__ kv_last_page_len, float* __restrict__ o_part, float* __restrict__ lse_part,
-    float* __restrict__ lam_part, float* __restrict__ cmax_part, i64 N, int B, int H, int layer, int gs,
-    int NP2, int NB, int page_shift, int num_pages, int nnz, int num_splits, int tier, int bits, u32 k0,
-    u32 k1, float sm, float log_budget, float beta_steps) {
+    float* __restrict__ lam_part, float* __restrict__ cmax_part, const int* __restrict__ tier_map,
+    const u16* __restrict__ tier_k, const u16* __restrict__ tier_v, float* __restrict__ page_lse,
+    float* __restrict__ page_lam, i64 N, int B, int H, int layer, int gs, int NP2, int NB, int page_shift,
+    int num_pages, int nnz, int num_splits, int tier, int bits, int tier_stride, int tier_cap, int want_pages,
+    int max_pages, int head_base, u32 k0, u32 k1, float sm, float log_budget, float beta_steps) {
     const DecodeArgs a = {q, codes, scales, outl, wit, bypass_ch, band_ch, kv_indptr, kv_indices,
-                          kv_last_page_len, o_part, lse_part, lam_part, cmax_part, N, B, H, layer, gs,
-                          NP2, NB, page_shift, num_pages, nnz, num_splits, tier, bits, k0, k1, sm,
-                          log_budget, beta_steps};
+                          kv_last_page_len, o_part, lse_part, lam_part, cmax_part, tier_map, tier_k, tier_v,
+                          page_lse, page_lam, N, B, H, layer, gs, NP2, NB, page_shift, num_pages, nnz,
+                          num_splits, tier, bits, tier_stride, tier_cap, want_pages, max_pages, head_base, k0,
+                          k1, sm, log_budget, beta_steps};
     constexpr int LPT = D / VEC;        // lanes per token
     constexpr int TPW = 32 / LPT;       // tokens per warp step
     // tokens per lane group per step; defaults from the sweep in bench/NOTES.md (v1)
@@ -153,6 +174,12 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     __shared__ float a_band[G][64];     // sm ||q_b||  (NB <= 64)
     __shared__ short oidx[D];           // outlier slot of a bypassed channel, -1 otherwise
     __shared__ float red[DEC_WARPS][G][D + 5];
+    __shared__ int s_exact;             // tokens of the request on exact-tier pages
+    static_assert(PW % TOK_STEP == 0, "a page-contribution window holds whole steps");
+    static_assert(DEC_WARPS * (D + 5) >= 2 * PW, "the window aliases the reduction buffer");
+    // page-contribution window [G][PW] of ℓ̃ and ℓ̃ + c (log2 units), live only inside the token loop
+    float* const pw_lt = &red[0][0][0];
+    float* const pw_x = pw_lt + G * PW;
 
     const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -180,7 +207,24 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     __syncthreads();
     for (int j = tid; j < a.NP2; j += DEC_THREADS) oidx[a.bypass_ch[h * a.NP2 + j]] = (short)j;
     __syncthreads();
-    const float log_term = a.log_budget + logf((float)max(S, (i64)1));
+    // S counts quantized tokens only: exact-tier pages have c_t = 0 and take no share of δ (SPEC §4)
+    i64 S_q = S;
+    if (a.tier_map != nullptr && (a.tier & 2) && !poisoned) {
+        if (tid == 0) s_exact = 0;
+        __syncthreads();
+        int cnt = 0;
+        for (int pi = tid; pi < npages; pi += DEC_THREADS) {
+            const int page = a.kv_indices[p0 + pi];
+            if (page >= 0 && page < a.num_pages) {
+                const int e = a.tier_map[(i64)h * a.tier_stride + page];
+                if (e >= 0 && e < a.tier_cap) cnt += pi == npages - 1 ? last : ps;
+            }
+        }
+        if (cnt) atomicAdd(&s_exact, cnt);
+        __syncthreads();
+        S_q = S - s_exact;
+    }
+    const float log_term = a.log_budget + logf((float)max(S_q, (i64)1));
     const int NG = D / a.gs;
     if (a.tier & 2) {
         for (int idx = tid; idx < G * NG; idx += DEC_THREADS) {
@@ -236,6 +280,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
         const i64 tg = t0 + (i64)(warp * TPW + tsub) * U;
         i64 slot[U];
         bool valid[U];
+        int te[U];  // exact-tier entry of the token's page, -1 when served from the store
         typename RawRow<FP16>::T rk[U], rv[U];
         u16 hk[U], hv[U];
 #pragma unroll
@@ -243,6 +288,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
             const i64 t = tg + u;
             valid[u] = t < tb;
             slot[u] = 0;
+            te[u] = -1;
             if (valid[u]) {
                 const int page = a.kv_indices[p0 + (int)(t >> a.page_shift)];
                 if (page < 0 || page >= a.num_pages) {
@@ -250,9 +296,13 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
                     valid[u] = false;
                 } else {
                     slot[u] = ((i64)page << a.page_shift) + (t & (ps - 1));
+                    if (a.tier_map != nullptr) {
+                        const int e = a.tier_map[(i64)h * a.tier_stride + page];
+                        te[u] = e >= 0 && e < a.tier_cap ? e : -1;
+                    }
                 }
             }
-            if (valid[u]) {
+            if (valid[u] && te[u] < 0) {
                 const i64 rowk = kbase + slot[u], rowv = vbase + slot[u];
                 if constexpr (FP16) {
                     rk[u] = *reinterpret_cast<const int4*>(reinterpret_cast<const u16*>(a.codes) + rowk * D + cl * VEC);
@@ -269,10 +319,15 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             float xik[VEC], xiv[VEC], kh[VEC];
-            if constexpr (!FP16) lane_xi_kv(xik, xiv, (u32)slot[u], a.layer, h, cl, a.k0, a.k1, a.bits);
+            if constexpr (!FP16) lane_xi_kv(xik, xiv, (u32)slot[u], a.layer, h + a.head_base, cl, a.k0, a.k1, a.bits);
             const i64 rowk = kbase + slot[u], rowv = vbase + slot[u];
             float sk = 0.0f;
-            if (valid[u]) {
+            if (valid[u] && te[u] >= 0) {
+                // a repaired page: the exact fp16 rows from the tier (rare, so not prefetched)
+                const i64 row = (i64)te[u] * ps + (slot[u] & (ps - 1));
+                lane_f16_raw(kh, *reinterpret_cast<const int4*>(a.tier_k + row * D + cl * VEC));
+                lane_f16_raw(vh[u], *reinterpret_cast<const int4*>(a.tier_v + row * D + cl * VEC));
+            } else if (valid[u]) {
                 if constexpr (FP16) {
                     lane_f16_raw(kh, rk[u]);
                     lane_f16_raw(vh[u], rv[u]);
@@ -295,7 +350,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
                 dot[g] = d0;
                 ca[g] = 0.0f;
             }
-            if ((a.tier & 1) && valid[u]) {
+            if ((a.tier & 1) && valid[u] && te[u] < 0) {
                 for (int bb = cl; bb < a.NB; bb += LPT) {
                     const float w = f16_to_f32(a.wit[rowk * a.NB + bb]);
 #pragma unroll
@@ -308,7 +363,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
             float u2[G], be[G];
 #pragma unroll
             for (int g = 0; g < G; ++g) u2[g] = be[g] = 0.0f;
-            if ((a.tier & 2) && valid[u]) {
+            if ((a.tier & 2) && valid[u] && te[u] < 0) {
                 for (int gr = 0; gr < NG; ++gr) {
                     const float sg = f16_to_f32(a.scales[rowk * NG + gr]);
 #pragma unroll
@@ -332,7 +387,51 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
                     c2 = c2 <= WC_F32_MAX ? c2 : INFINITY;
                     c = fminf(c, c2);
                 }
-                ct[u][g] = c;  // natural units (cmax); λ below works in log2 units
+                ct[u][g] = te[u] >= 0 ? 0.0f : c;  // natural units (cmax); λ below works in log2 units
+            }
+        }
+        if (a.want_pages) {
+            // stage this step's (ℓ̃, ℓ̃ + c) per token; a full window is reduced page by page
+            if (cl == 0) {
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const int off = (int)((tg + u - ta) & (PW - 1));
+#pragma unroll
+                    for (int g = 0; g < G; ++g) {
+                        pw_lt[g * PW + off] = valid[u] ? lt[u][g] : -INFINITY;
+                        pw_x[g * PW + off] = !valid[u] ? -INFINITY
+                                           : (ct[u][g] == INFINITY ? INFINITY : lt[u][g] + ct[u][g] * LOG2E);
+                    }
+                }
+            }
+            if ((((t0 - ta) + TOK_STEP) & (PW - 1)) == 0 || t0 + TOK_STEP >= tb) {
+                __syncthreads();
+                const i64 wb = ta + ((t0 - ta) & ~(i64)(PW - 1));
+                const int npw = PW >> a.page_shift;
+                for (int idx = tid; idx < G * npw; idx += DEC_THREADS) {
+                    const int g = idx / npw, jp = idx % npw;
+                    const i64 tok0 = wb + ((i64)jp << a.page_shift);
+                    if (tok0 >= tb) continue;
+                    const int n = (int)min((i64)ps, tb - tok0), off0 = (int)(tok0 - wb);
+                    float mx = -INFINITY, mx2 = -INFINITY;
+                    for (int k = 0; k < n; ++k) {
+                        mx = fmaxf(mx, pw_lt[g * PW + off0 + k]);
+                        mx2 = fmaxf(mx2, pw_x[g * PW + off0 + k]);
+                    }
+                    float sl = 0.0f, sx = 0.0f;
+                    for (int k = 0; k < n; ++k) {
+                        if (mx != -INFINITY) sl += exp2f(pw_lt[g * PW + off0 + k] - mx);
+                        if (mx2 != -INFINITY && mx2 != INFINITY) sx += exp2f(pw_x[g * PW + off0 + k] - mx2);
+                    }
+                    const int pi = (int)(tok0 >> a.page_shift);
+                    if (pi < a.max_pages) {
+                        const i64 o = ((i64)b * Hq + h * G + g) * a.max_pages + pi;
+                        a.page_lse[o] = mx == -INFINITY ? -INFINITY : mx * LN2 + logf(sl);
+                        a.page_lam[o] = mx2 == INFINITY ? INFINITY
+                                      : (mx2 == -INFINITY ? -INFINITY : mx2 * LN2 + logf(sx));
+                    }
+                }
+                __syncthreads();
             }
         }
         // ---- chunked online softmax and certificate accumulator
@@ -523,13 +622,25 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
     }
 }
 
-#ifdef WITCERT_INSTANTIATE_ALL
-// For the offline compile check (tests/test_cuda_compile.py): every shape the library launches.
+// decode_certify: grid ceil(n / 256), block 256: SPEC §5 per cell (certificate.cuh) into
+// preallocated float64 risk and tv_bound [n], so a decode step stays capturable in a CUDA graph.
+extern "C" __global__ void decode_certify(const float* __restrict__ log_a, const float* __restrict__ lse,
+                                          const float* __restrict__ cmax, int n, double* __restrict__ risk,
+                                          double* __restrict__ tv_bound) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) certify_cell(log_a[i], lse[i], cmax[i], risk[i], tv_bound[i]);
+}
+
+// An explicit instantiation (the offline compile checks in tests/test_cuda_compile.py).
 #define WC_INST1(D, G, F)                                                                                 \
     template __global__ void decode_stage1<D, G, F, 0>(const float*, const i8*, const u16*, const u16*, const u16*, \
                                                  const int*, const int*, const int*, const int*, const int*,  \
-                                                 float*, float*, float*, float*, i64, int, int, int, int, int, \
-                                                 int, int, int, int, int, int, int, u32, u32, float, float, float);
+                                                 float*, float*, float*, float*, const int*, const u16*,      \
+                                                 const u16*, float*, float*, i64, int, int, int, int, int,    \
+                                                 int, int, int, int, int, int, int, int, int, int, int, int,  \
+                                                 u32, u32, float, float, float);
+#ifdef WITCERT_INSTANTIATE_ALL
+// every shape the library launches
 #define WC_INST(D, G) WC_INST1(D, G, false) WC_INST1(D, G, true)
 #define WC_INST_G(D) WC_INST(D, 1) WC_INST(D, 2) WC_INST(D, 3) WC_INST(D, 4) WC_INST(D, 5) \
     WC_INST(D, 6) WC_INST(D, 7) WC_INST(D, 8)

@@ -5,8 +5,11 @@
 //   scales, exact outlier values and the witness straight into the paged pool at `slots`, and the
 //   exact fp16 row to the host backing store when `exact` is not null (mapped pinned memory).
 //   Shared memory: static, 8 * d * 5 bytes.  Bit-for-bit twin of _cpu/write.py::write_rows.
+//   head_base: the pool's first kv head in the model (tensor parallel shards): the dither stream is
+//   keyed by the global kv head, so a shard stores the same codes as a single-GPU pool.
 // dequant_rows: grid (n, Hkv), block d: x̂ = s16 * (k - ξ), bypassed channels exact.
 // philox_kernel / dither_kernel: the public philox4x32_10 and dither on the GPU.
+// evict_tier_pages: drops rewritten pages from the exact tier.
 #include "common.cuh"
 #include "philox.cuh"
 
@@ -64,7 +67,7 @@ __device__ __forceinline__ void write_rows_impl(
     const void* __restrict__ xk, const void* __restrict__ xv, int in_dtype,
     const i64* __restrict__ slots,       // [n] dither slot of each row
     const i64* __restrict__ dest_rows,   // [n] storage row (the slot in a pool)
-    int n, int H, i64 N, int layer, int plane_layer, int side0, int nsides, int gs, int NP2, int NB,
+    int n, int H, i64 N, int layer, int head_base, int plane_layer, int side0, int nsides, int gs, int NP2, int NB,
     const int* __restrict__ bypass_ch,   // [H, NP2] of this layer
     const int* __restrict__ band_ch,     // [NB, D / NB]
     int bits, u32 k0, u32 k1,
@@ -136,7 +139,7 @@ __device__ __forceinline__ void write_rows_impl(
         const int c = c0 + j;
         if (c / pc != wchunk) {
             wchunk = c / pc;
-            w = philox10((u32)slot, dither_ctr1(side, wchunk), dither_ctr2(layer, h), 0u, k0, k1);
+            w = philox10((u32)slot, dither_ctr1(side, wchunk), dither_ctr2(layer, h + head_base), 0u, k0, k1);
         }
         const float xi = xi_of(w, c % pc, bits);
         float kf = 0.0f;
@@ -161,10 +164,11 @@ __device__ __forceinline__ void write_rows_impl(
 #define WC_WRITE_ENTRY(D)                                                                                 \
     extern "C" __global__ void __launch_bounds__(32 * WR_WARPS, 1) write_rows_##D(                        \
         const void* xk, const void* xv, int in_dtype, const i64* slots, const i64* dest_rows, int n, int H,  \
-        i64 N, int layer, int plane_layer, int side0, int nsides, int gs, int NP2, int NB,                \
+        i64 N, int layer, int head_base, int plane_layer, int side0, int nsides, int gs, int NP2, int NB,  \
         const int* bypass_ch, const int* band_ch, int bits, u32 k0, u32 k1, i8* codes, u16* scales,       \
         u16* outl, u16* wit, u16* exact, unsigned long long* counters) {                                  \
-        write_rows_impl<D>(xk, xv, in_dtype, slots, dest_rows, n, H, N, layer, plane_layer, side0, nsides, \
+        write_rows_impl<D>(xk, xv, in_dtype, slots, dest_rows, n, H, N, layer, head_base, plane_layer, side0, \
+                           nsides,                                                                        \
                            gs, NP2, NB, bypass_ch, band_ch, bits, k0, k1, codes, scales, outl, wit, exact,  \
                            counters);                                                                     \
     }
@@ -207,7 +211,7 @@ extern "C" __global__ void __launch_bounds__(WC_MAX_D) store_fp16_rows(
 
 extern "C" __global__ void __launch_bounds__(WC_MAX_D) dequant_rows(
     const i8* __restrict__ codes, const u16* __restrict__ scales, const u16* __restrict__ outl,
-    const i64* __restrict__ slots, const i64* __restrict__ src_rows, int n, int H, i64 N, int D, int layer,
+    const i64* __restrict__ slots, const i64* __restrict__ src_rows, int n, int H, i64 N, int D, int layer, int head_base,
     int plane_layer, int side, int gs, int NP2, const int* __restrict__ bypass_ch, int bits, u32 k0, u32 k1,
     float* __restrict__ out) {
     const int i = blockIdx.x, h = blockIdx.y, c = threadIdx.x;
@@ -217,7 +221,7 @@ extern "C" __global__ void __launch_bounds__(WC_MAX_D) dequant_rows(
         return;
     }
     const i64 row = ((((i64)plane_layer * 2 + side) * H + h) * N + src);
-    const float xi = row_xi(c, (u32)slot, side, layer, h, 0u, k0, k1, bits);
+    const float xi = row_xi(c, (u32)slot, side, layer, h + head_base, 0u, k0, k1, bits);
     const float sb = f16_to_f32(scales[row * (D / gs) + c / gs]);
     float v = __fmul_rn(sb, __fsub_rn((float)codes[row * D + c], xi));
     for (int j = 0; j < NP2; ++j)
@@ -248,4 +252,18 @@ extern "C" __global__ void dither_kernel(const i64* __restrict__ slots, int D, i
         u32x4 w = philox10((u32)slots[i], dither_ctr1(side, c / pc), dither_ctr2(layer, h), epoch, k0, k1);
         out[(i64)i * D + c] = xi_of(w, c % pc, bits);
     }
+}
+
+// evict_tier_pages: grid ceil(n / 256), block 256.  A rewritten slot makes the exact-tier copy of
+// its page stale (SPEC §7): its (kv head, page) entries of this layer go back to -1 in tier_map
+// [H, stride].  Out-of-range slots are ignored (the write kernel dropped and counted them).  The
+// host reconciles its free list from the device map when it next allocates (no sync here).
+extern "C" __global__ void evict_tier_pages(const i64* __restrict__ slots, int n, i64 num_slots, int page_shift,
+                                            int H, int stride, int* __restrict__ tier_map) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const i64 s = slots[i];
+    if (s < 0 || s >= num_slots) return;
+    const int page = (int)(s >> page_shift);
+    for (int h = 0; h < H; ++h) tier_map[(i64)h * stride + page] = -1;
 }

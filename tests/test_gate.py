@@ -1,4 +1,5 @@
-"""SPEC §6–7 on the CPU backend: per-page contributions, the exact tier and gated repair."""
+"""SPEC §6–7: per-page contributions, the exact tier and gated repair — one body per test, run on
+the CPU backend (CI) and on the GPU (``-m gpu``, the H200), CuPy-style."""
 
 import numpy as np
 import pytest
@@ -6,17 +7,27 @@ import pytest
 import witcert_cupy as wc
 from witcert_cupy import reference
 from witcert_cupy.gate import attention_with_repaired_pages, served_rows
+from witcert_cupy.reference import to_host as H
 from helpers import contiguous_table, page_table, random_rows
 
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
-def risky_pool(rng, lengths, *, cap=64, H=2, d=128, page=16, massive=150.0):
-    """No outlier bypass and a massive key channel: the certificate of aligned queries is large."""
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    return request.param
+
+
+def risky_pool(rng, lengths, *, cap=64, H=2, d=128, page=16, massive=150.0, backend="cpu"):
+    """No outlier bypass and a massive key channel: the certificate of aligned queries is large.
+    Returns ``(pool, table, q)`` with ``table`` host arrays and ``q`` float32 host ``[B, 4H, d]``."""
     indptr, indices, last, slots, npages = contiguous_table(lengths, page)
     pool = wc.KVPool(1, H, d, npages, page, wc.QuantConfig(d, witness_bands=16), keep_exact=True,
-                     exact_tier_pages=cap, backend="cpu")
+                     exact_tier_pages=cap, backend=backend)
+    xp = pool.xp
     for s in slots:
         k = random_rows(rng, len(s), H, d, massive=[(5, massive)])
-        pool.write(0, s, k, random_rows(rng, len(s), H, d))
+        pool.write(0, xp.asarray(s), xp.asarray(k), xp.asarray(random_rows(rng, len(s), H, d)))
     table = (indptr, indices, last, slots)
     q = rng.standard_normal((len(lengths), 4 * H, d)).astype(np.float32)
     q[:, ::2, 5] *= 12.0  # half of the query heads lean on the massive channel
@@ -30,31 +41,67 @@ def served_tv(pool, pt, q, b):
 
 
 def gate(pool, table, q, **kw):
+    """gated_decode with the arrays on the pool's device; returns host copies of the result."""
+    xp = pool.xp
     indptr, indices, last, _ = table
     kw.setdefault("cert", wc.CertConfig(tier="AB"))
     kw.setdefault("tau", 0.2)
-    return wc.gated_decode(q, pool, layer=0, kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last, **kw)
+    res, rep = wc.gated_decode(xp.asarray(q), pool, layer=0, kv_indptr=xp.asarray(indptr),
+                               kv_indices=xp.asarray(indices), kv_last_page_len=xp.asarray(last), **kw)
+    for name in ("o", "lse", "log_a", "risk", "tv_bound", "cmax", "page_contrib"):
+        setattr(res, name, H(getattr(res, name)))
+    return res, rep
 
 
-def test_page_contributions_sum_to_a_minus_one():
-    rng = np.random.default_rng(0)
-    pool, table, q = risky_pool(rng, [300, 45])
+def decode(pool, table, q, **kw):
+    xp = pool.xp
     indptr, indices, last, _ = table
-    r = wc.decode_attention(q, pool, layer=0, kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last,
-                            cert=wc.CertConfig(tier="AB"), page_contrib=True, num_splits=3)
-    A = np.exp(r.log_a.astype(np.float64))
-    assert r.page_contrib.shape == (2, 8, 19)
-    assert np.all(r.page_contrib >= -1e-6)
-    np.testing.assert_allclose(r.page_contrib.sum(-1), A - 1, rtol=2e-3, atol=2e-5)
-    assert np.all(r.page_contrib[1, :, 3:] == 0)  # request 1 has 3 pages
+    return wc.decode_attention(xp.asarray(q), pool, layer=0, kv_indptr=xp.asarray(indptr),
+                               kv_indices=xp.asarray(indices), kv_last_page_len=xp.asarray(last), **kw)
+
+
+def test_page_contributions_sum_to_a_minus_one(backend):
+    rng = np.random.default_rng(0)
+    pool, table, q = risky_pool(rng, [300, 45], backend=backend)
+    r = decode(pool, table, q, cert=wc.CertConfig(tier="AB"), page_contrib=True, num_splits=3)
+    A = np.exp(H(r.log_a).astype(np.float64))
+    contrib = H(r.page_contrib)
+    assert contrib.shape == (2, 8, 19)
+    assert np.all(contrib >= -1e-6)
+    np.testing.assert_allclose(contrib.sum(-1), A - 1, rtol=2e-3, atol=2e-5)
+    assert np.all(contrib[1, :, 3:] == 0)  # request 1 has 3 pages
     with pytest.raises(ValueError, match="page_contrib"):
-        wc.decode_attention(q, pool, layer=0, kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last,
-                            page_contrib=True)
+        decode(pool, table, q, page_contrib=True)
 
 
-def test_gate_brings_every_head_under_tau_and_matches_exact_attention():
+@pytest.mark.gpu
+def test_page_contributions_agree_across_backends_and_split_counts():
+    """The GPU's per-page (lse_j, λ_j), staged per window in shared memory, against the numba oracle,
+    with an exact page in the middle (c_t = 0 there) and one-token pages."""
+    for page in (16, 1):
+        pools = [risky_pool(np.random.default_rng(7), [300, 45, 130], page=page, backend=be) for be in ("cpu", "cuda")]
+        for pool, _, _ in pools:
+            pool.page_in(0, 1, 2)
+        (pc, table, q), (pg, _, _) = pools
+        rc = decode(pc, table, q, cert=wc.CertConfig(tier="AB"), page_contrib=True, num_splits=2)
+        for ns in (1, 5, 64):
+            rg = decode(pg, table, q, cert=wc.CertConfig(tier="AB"), page_contrib=True, num_splits=ns)
+            cg, cc = H(rg.page_contrib), rc.page_contrib
+            assert cg.shape == cc.shape
+            assert np.array_equal(np.isinf(cg), np.isinf(cc))
+            # contrib_j is a difference of two fp32-rounded exponentials: the error scales with A
+            A = np.exp(rc.log_a.astype(np.float64))[..., None]
+            fin = np.isfinite(cc)
+            err = np.where(fin, np.abs(cg - cc), 0) - (1e-3 * np.abs(np.where(fin, cc, 0)) + 1e-6 * A)
+            worst = np.unravel_index(np.argmax(err), err.shape)
+            assert err[worst] <= 0, (page, ns, worst, cg[worst], cc[worst], A[worst[:2]])
+            np.testing.assert_allclose(H(rg.log_a), rc.log_a, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(H(rg.o), rc.o, rtol=1e-4, atol=1e-5 * np.abs(rc.o).max())
+
+
+def test_gate_brings_every_head_under_tau_and_matches_exact_attention(backend):
     rng = np.random.default_rng(1)
-    pool, table, q = risky_pool(rng, [400, 200])
+    pool, table, q = risky_pool(rng, [400, 200], backend=backend)
     r0 = gate(pool, table, q, max_rounds=0)[0]
     assert np.any(r0.risk > 0.2)  # the workload needs repair
     res, rep = gate(pool, table, q)
@@ -73,9 +120,9 @@ def test_gate_brings_every_head_under_tau_and_matches_exact_attention():
     assert np.array_equal(res2.o, res.o)
 
 
-def test_predicted_drop_matches_recomputed_to_first_order():
+def test_predicted_drop_matches_recomputed_to_first_order(backend):
     rng = np.random.default_rng(2)
-    pool, table, q = risky_pool(rng, [600], massive=60.0)
+    pool, table, q = risky_pool(rng, [600], massive=60.0, backend=backend)
     res, rep = gate(pool, table, q, max_rounds=1)
     h0 = rep.history[0]
     A_after = np.exp(res.log_a.astype(np.float64))
@@ -86,9 +133,9 @@ def test_predicted_drop_matches_recomputed_to_first_order():
     assert np.all(np.abs(pred - act) <= 0.1 * pred + 1e-4)
 
 
-def test_tier_full_is_reported_and_certificate_stays_honest():
+def test_tier_full_is_reported_and_certificate_stays_honest(backend):
     rng = np.random.default_rng(3)
-    pool, table, q = risky_pool(rng, [500], cap=2)
+    pool, table, q = risky_pool(rng, [500], cap=2, backend=backend)
     res, rep = gate(pool, table, q)
     assert rep.tier_full and pool.tier_free == 0 and rep.pages_repaired == 2
     assert rep.over_threshold.any()
@@ -96,22 +143,29 @@ def test_tier_full_is_reported_and_certificate_stays_honest():
     assert np.all(served_tv(pool, page_table(pool, table), q, 0) <= res.tv_bound[0])
 
 
-def test_rewrite_returns_page_to_quantized_storage():
+def test_rewrite_returns_page_to_quantized_storage(backend):
     rng = np.random.default_rng(4)
-    pool, table, q = risky_pool(rng, [256])
-    gate(pool, table, q)
+    pool, table, q = risky_pool(rng, [256], backend=backend)
+    res0, _ = gate(pool, table, q)
     exact_pages = np.argwhere(pool.tier_map[0] >= 0)
     assert len(exact_pages)
     h, page = exact_pages[0]
     free = pool.tier_free
-    pool.write(0, [page * pool.page_size + 3], random_rows(rng, 1, 2, 128), random_rows(rng, 1, 2, 128))
+    xp = pool.xp
+    slot = page * pool.page_size + 3
+    pool.write(0, xp.asarray([slot]), xp.asarray(random_rows(rng, 1, 2, 128)), xp.asarray(random_rows(rng, 1, 2, 128)))
     assert not pool.is_exact(0, h, page)
     assert pool.tier_free > free
+    # decode now serves the rewritten page from quantized storage, and the certificate says so
+    res1 = decode(pool, table, q, cert=wc.CertConfig(tier="AB"))
+    pt = page_table(pool, table)
+    assert np.all(served_tv(pool, pt, q, 0) <= H(res1.tv_bound)[0])
+    assert not np.array_equal(H(res1.log_a), res0.log_a)
 
 
-def test_risk_ranked_mode_and_errors():
+def test_risk_ranked_mode_and_errors(backend):
     rng = np.random.default_rng(5)
-    pool, table, q = risky_pool(rng, [300], massive=400.0)
+    pool, table, q = risky_pool(rng, [300], massive=400.0, backend=backend)
     q *= 3
     res, rep = gate(pool, table, q, tau=5.0, cert=wc.CertConfig(tier="B"))
     assert rep.mode == "risk-ranked" and np.all(res.risk <= 5.0)
@@ -119,9 +173,21 @@ def test_risk_ranked_mode_and_errors():
         gate(pool, table, q, tau=float("nan"))
     with pytest.raises(TypeError, match="cert"):
         gate(pool, table, q, cert=None)
-    bare = wc.KVPool(1, 2, 128, 4, 16, wc.QuantConfig(128), backend="cpu")
+    xp = pool.xp
+    bare = wc.KVPool(1, 2, 128, 4, 16, wc.QuantConfig(128), backend=backend)
     with pytest.raises(ValueError, match="exact tier"):
-        wc.gated_decode(q[:, :, :], bare, layer=0, kv_indptr=np.array([0, 1]), kv_indices=np.array([0]),
-                        kv_last_page_len=np.array([3]), cert=wc.CertConfig(), tau=0.2)
+        wc.gated_decode(xp.asarray(q), bare, layer=0, kv_indptr=xp.asarray([0, 1]), kv_indices=xp.asarray([0]),
+                        kv_last_page_len=xp.asarray([3]), cert=wc.CertConfig(), tau=0.2)
     with pytest.raises(ValueError, match="keep_exact"):
-        wc.KVPool(1, 2, 128, 4, 16, wc.QuantConfig(128), backend="cpu", exact_tier_pages=4)
+        wc.KVPool(1, 2, 128, 4, 16, wc.QuantConfig(128), backend=backend, exact_tier_pages=4)
+    with pytest.raises(TypeError, match="device"):  # host q for a GPU pool, or the reverse
+        wc.gated_decode(q if backend == "cuda" else _FakeCuda(q), pool, layer=0, kv_indptr=table[0],
+                        kv_indices=table[1], kv_last_page_len=table[2], cert=wc.CertConfig(), tau=0.2)
+
+
+class _FakeCuda:
+    """Looks like a CUDA array to the backend check (never read)."""
+
+    def __init__(self, a):
+        self.shape = a.shape
+        self.__cuda_array_interface__ = {"shape": a.shape, "typestr": "<f4", "data": (0, False), "version": 3}

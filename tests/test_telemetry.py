@@ -1,35 +1,40 @@
-"""SPEC §8 on the CPU backend: telemetry aggregates equal the same counts made by hand."""
+"""SPEC §8: telemetry aggregates equal the same counts made by hand, on the CPU (NumPy counters)
+and on the GPU (the single-CTA kernel of ``cuda/telemetry.cu``), with one test body."""
 
 import numpy as np
 import pytest
 
 import witcert_cupy as wc
+from witcert_cupy.reference import to_host
 from helpers import filled_pool
 
 
-def test_telemetry_counts_sampling_and_overflow():
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_telemetry_counts_sampling_and_overflow(backend):
     rng = np.random.default_rng(0)
     L, H, G = 2, 2, 4
-    pool, table, _, _ = filled_pool(rng, lengths=[120, 40, 300], H=H, L=L, layer=0)
+    pool, table, _, _ = filled_pool(rng, lengths=[120, 40, 300], H=H, L=L, layer=0, backend=backend)
+    xp = pool.xp
     for s in table[3]:  # layer 1 gets rows too
-        pool.write(1, s, rng.standard_normal((len(s), H, 128)), rng.standard_normal((len(s), H, 128)))
+        pool.write(1, xp.asarray(s), xp.asarray(rng.standard_normal((len(s), H, 128))),
+                   xp.asarray(rng.standard_normal((len(s), H, 128))))
     bad = table[3][1][7]  # a non-finite K row in layer 1, kv head 0: request 1 overflows there
     k = rng.standard_normal((1, H, 128))
     k[0, 0, 3] = np.inf
-    pool.write(1, [bad], k, k)
-    indptr, indices, last, _ = table
+    pool.write(1, xp.asarray([bad]), xp.asarray(k), xp.asarray(k))
+    indptr, indices, last = (xp.asarray(a) for a in table[:3])
     tau = 0.05
-    tel_all = wc.Telemetry(L, H * G, tau)
-    tel_half = wc.Telemetry(L, H * G, tau, sample_every=2)
+    tel_all = wc.Telemetry(L, H * G, tau, backend=backend)
+    tel_half = wc.Telemetry(L, H * G, tau, sample_every=2, backend=backend)
     risks = []
     for step in range(5):
-        q = (rng.standard_normal((3, H * G, 128)) * (0.5 + step)).astype(np.float32)
+        q = xp.asarray((rng.standard_normal((3, H * G, 128)) * (0.5 + step)).astype(np.float32))
         for layer in range(L):
             kw = dict(layer=layer, kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last,
                       cert=wc.CertConfig(tier="B", num_layers=L, steps=5))
             r = wc.decode_attention(q, pool, telemetry=tel_all, **kw)
             wc.decode_attention(q, pool, telemetry=tel_half, **kw)
-            risks.append((step, layer, r.risk))
+            risks.append((step, layer, to_host(r.risk)))
     snap = tel_all.snapshot()
     R = np.stack([x[2] for x in risks])                  # [steps*L, B, Hq]
     fin = np.isfinite(R)

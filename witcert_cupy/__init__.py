@@ -10,6 +10,7 @@ from .config import CertConfig, QuantConfig
 from .decode import DecodeResult, decode_attention
 from .extend import extend_attention
 from .gate import GateReport, gated_decode
+from .graph import CapturedStep, decode_plan
 from .pool import Fp16Pool, KVPool
 from .schemes import SchemePool, get_scheme, list_schemes, register_scheme
 from .stream import dither, philox4x32_10
@@ -19,6 +20,6 @@ from .write import QuantizedKV, dequantize, quantize
 __version__ = "0.1.0"
 
 __all__ = [
-    "CertConfig", "DecodeResult", "Fp16Pool", "GateReport", "KVPool", "SchemePool", "Telemetry", "gated_decode", "get_scheme", "list_schemes", "register_scheme", "QuantConfig", "QuantizedKV", "decode_attention", "extend_attention",
+    "CapturedStep", "CertConfig", "DecodeResult", "decode_plan", "Fp16Pool", "GateReport", "KVPool", "SchemePool", "Telemetry", "gated_decode", "get_scheme", "list_schemes", "register_scheme", "QuantConfig", "QuantizedKV", "decode_attention", "extend_attention",
     "dequantize", "dither", "philox4x32_10", "quantize", "reference", "__version__",
 ]

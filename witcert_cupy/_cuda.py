@@ -54,6 +54,7 @@ def defines() -> list[str]:
         f"-DWC_PHILOX_W1={C.PHILOX_W1}u",
         f"-DWC_SIDE_SHIFT={C.SIDE_SHIFT}",
         f"-DWC_LAYER_SHIFT={C.LAYER_SHIFT}",
+        f"-DWC_LOG_A_RESOLUTION_ULPS={float(C.LOG_A_RESOLUTION_ULPS)!r}",
     ]
 
 
@@ -177,7 +178,7 @@ def check_gpu_config(config):
 
 
 def _write(k, v, dtype_code, slots, dest_rows, *, layer, plane_layer, side0, nsides, H, N, config,
-           bypass_layer, band_ch, codes, scales, outl, wit, exact_ptr, counters):
+           bypass_layer, band_ch, codes, scales, outl, wit, exact_ptr, counters, head_base=0):
     import cupy as cp
 
     n = slots.shape[0]
@@ -189,7 +190,7 @@ def _write(k, v, dtype_code, slots, dest_rows, *, layer, plane_layer, side0, nsi
     rows_total = n * H * nsides
     kernel("write.cu", f"write_rows_{d}")(
         ((rows_total + 7) // 8,), (256,),
-        (k, v, _i32(dtype_code), slots, dest_rows, _i32(n), _i32(H), np.int64(N), _i32(layer),
+        (k, v, _i32(dtype_code), slots, dest_rows, _i32(n), _i32(H), np.int64(N), _i32(layer), _i32(head_base),
          _i32(plane_layer), _i32(side0), _i32(nsides), _i32(config.group_size), _i32(bypass_layer.shape[-1]),
          _i32(config.witness_bands), bypass_layer, band_ch, _i32(config.dither_bits), np.uint32(k0),
          np.uint32(k1), codes, scales.view(cp.uint16), outl.view(cp.uint16), wit.view(cp.uint16), exact_arg,
@@ -221,7 +222,7 @@ def quantize(x, slots, *, layer, side, config):
     return QuantizedKV(tr(codes), tr(scales), tr(outl), tr(wit) if nb else None)
 
 
-def _dequant(codes, scales, outl, slots, rows, *, layer, plane_layer, side, H, N, config, bypass_layer):
+def _dequant(codes, scales, outl, slots, rows, *, layer, plane_layer, side, H, N, config, bypass_layer, head_base=0):
     import cupy as cp
 
     n = slots.shape[0]
@@ -232,7 +233,7 @@ def _dequant(codes, scales, outl, slots, rows, *, layer, plane_layer, side, H, N
         kernel("write.cu", "dequant_rows")(
             (n, H), (d,),
             (codes, scales.view(cp.uint16), outl.view(cp.uint16), slots, rows, _i32(n), _i32(H), np.int64(N),
-             _i32(d), _i32(layer), _i32(plane_layer), _i32(side), _i32(config.group_size),
+             _i32(d), _i32(layer), _i32(head_base), _i32(plane_layer), _i32(side), _i32(config.group_size),
              _i32(bypass_layer.shape[-1]), bypass_layer, _i32(config.dither_bits), np.uint32(k0),
              np.uint32(k1), out))
     return out
@@ -301,6 +302,25 @@ class _DeviceBase:
     def bad_slot_writes(self):
         return self.counters[1:2]
 
+    def page_in(self, entry, k_rows, v_rows):
+        """Copy one page of exact rows (host views into the mapped backing store) into tier entry
+        ``entry``, ordered on the current stream after the writes that filled them."""
+        import cupy as cp
+
+        stream = cp.cuda.get_current_stream().ptr
+        for dst, src in ((self.pool.tier_k[entry], k_rows), (self.pool.tier_v[entry], v_rows)):
+            assert src.flags.c_contiguous and dst.flags.c_contiguous and src.nbytes == dst.nbytes
+            cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.ctypes.data, src.nbytes, 4, stream)  # 4: default
+
+    def evict(self, layer, slots):
+        p = self.pool
+        s = _slots64("slots", slots)
+        n = s.shape[0]
+        if n:
+            kernel("write.cu", "evict_tier_pages")(
+                _grid1(n), (256,), (s, _i32(n), np.int64(p.num_slots), _i32(int(math.log2(p.page_size))),
+                                    _i32(p.num_kv_heads), _i32(p.num_pages + 1), p.tier_map_dev[layer]))
+
 
     def default_num_splits(self, batch):
         """Enough CTAs for two waves of 4 resident CTAs per SM; splits beyond a request's pages exit
@@ -309,10 +329,12 @@ class _DeviceBase:
         return int(max(1, min(256, math.ceil(target / max(1, batch * self.pool.num_kv_heads)),
                               self.pool.num_pages)))
 
-    def plan(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits, unroll=0):
+    def plan(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits, unroll=0,
+             max_pages=0, telemetry=None):
         """Validate (metadata only), allocate the outputs, and return a :class:`DecodePlan`.
 
-        ``unroll`` (tokens per lane group per step; 0 = default) exists for the benchmark sweep."""
+        ``unroll`` (tokens per lane group per step; 0 = default) exists for the benchmark sweep.
+        ``max_pages > 0`` asks for per-page contributions of each request's first ``max_pages`` pages."""
         p = self.pool
         B, Hq, d = q.shape
         G = Hq // p.num_kv_heads
@@ -324,10 +346,12 @@ class _DeviceBase:
                 raise ValueError(f"{name} must have shape [{n}], got {list(arr.shape)}")
         check_int("kv_indices", kv_indices)
         return DecodePlan(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert,
-                          num_splits or self.default_num_splits(B), unroll)
+                          num_splits or self.default_num_splits(B), unroll, max_pages, telemetry)
 
-    def decode(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits):
-        plan = self.plan(q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits)
+    def decode(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits, max_pages=0,
+               telemetry=None):
+        plan = self.plan(q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits,
+                         max_pages=max_pages, telemetry=telemetry)
         plan.launch()
         return plan.result()
 
@@ -360,23 +384,29 @@ class PoolDevice(_DeviceBase):
         _write(kd, vd, code, s, s, layer=layer, plane_layer=layer, side0=0, nsides=2, H=p.num_kv_heads,
                N=p.num_slots, config=p.config, bypass_layer=self.bypass[layer], band_ch=self.band_ch,
                codes=p.codes, scales=p.scales, outl=p.outliers, wit=p.witness,
-               exact_ptr=self.exact_ptr, counters=self.counters)
+               exact_ptr=self.exact_ptr, counters=self.counters, head_base=p.kv_head_offset)
 
     def dequantized(self, layer, slots, side):
         p = self.pool
         s = _slots64("slots", slots)
         return _dequant(p.codes, p.scales, p.outliers, s, s, layer=layer, plane_layer=layer, side=side,
-                        H=p.num_kv_heads, N=p.num_slots, config=p.config, bypass_layer=self.bypass[layer])
+                        H=p.num_kv_heads, N=p.num_slots, config=p.config, bypass_layer=self.bypass[layer],
+                        head_base=p.kv_head_offset)
 
 class DecodePlan:
     """One decode step on the GPU with every buffer allocated up front: :meth:`launch` only launches
-    kernels (stage 1, then the merge), so it can be timed with events or captured in a CUDA graph."""
+    kernels (stage 1, the merge, the certificate and telemetry), so it can be timed with events or
+    captured in a CUDA graph.  It reads ``q`` and the page table from the arrays it was given when
+    they are already contiguous of the launch dtype (float32, int32): refill those in place between
+    launches or replays."""
 
-    def __init__(self, dev, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, ns, unroll=0):
+    def __init__(self, dev, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, ns, unroll=0,
+                 max_pages=0, telemetry=None):
         import cupy as cp
 
         p = dev.pool
-        self.dev, self.cert, self.ns = dev, cert, ns
+        self.dev, self.cert, self.ns, self.layer = dev, cert, ns, layer
+        self.telemetry, self.max_pages = telemetry, max_pages
         B, Hq, d = q.shape
         self.shape = (B, Hq, d)
         self.q = cp.ascontiguousarray(q, dtype=cp.float32)
@@ -397,22 +427,45 @@ class DecodePlan:
         self.stage1 = kernel("decode.cu", None, f"decode_stage1<{d}, {G}, {fp16}, {unroll}>")
         self.merge = kernel("decode.cu", "decode_merge")
         logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
+        null = np.uint64(0)
+        if p.tier_map_dev is not None:  # the exact tier of this layer (SPEC §7)
+            tier = (p.tier_map_dev[layer], p.tier_k.view(cp.uint16), p.tier_v.view(cp.uint16))
+            tier_dims = (_i32(p.num_pages + 1), _i32(p.exact_tier_pages))
+        else:
+            tier, tier_dims = (null, null, null), (_i32(0), _i32(0))
+        P = max(0, int(max_pages))
+        self.page_lse = cp.full((B, Hq, max(P, 1)), -cp.inf, cp.float32)
+        self.page_lam = cp.full((B, Hq, max(P, 1)), -cp.inf, cp.float32)
         self.grid1 = (ns, p.num_kv_heads, B)
         self.args1 = (self.q, data, scales, outl, wit, bypass, dev.band_ch, self.ip, self.ix, self.ll,
-                      self.o_part, self.lse_part, self.lam_part, self.cmax_part, np.int64(p.num_slots), _i32(B),
-                      _i32(p.num_kv_heads), _i32(layer), _i32(gs), _i32(bypass.shape[-1]), _i32(dev.num_bands),
-                      _i32(int(math.log2(p.page_size))), _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns),
-                      _i32(cert_mod.tier_code(cert)), _i32(bits), np.uint32(k0), np.uint32(k1),
+                      self.o_part, self.lse_part, self.lam_part, self.cmax_part, *tier, self.page_lse,
+                      self.page_lam, np.int64(p.num_slots), _i32(B), _i32(p.num_kv_heads), _i32(layer), _i32(gs),
+                      _i32(bypass.shape[-1]), _i32(dev.num_bands), _i32(int(math.log2(p.page_size))),
+                      _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)),
+                      _i32(bits), *tier_dims, _i32(P > 0), _i32(P), _i32(p.kv_head_offset), np.uint32(k0),
+                      np.uint32(k1),
                       np.float32(sm_scale), np.float32(logb), np.float32(beta))
         self.args2 = (self.o_part, self.lse_part, self.lam_part, self.cmax_part, _i32(ns), _i32(d), self.o,
                       self.lse, self.log_a, self.cmax)
+        self.risk = cp.empty((B, Hq), cp.float64)
+        self.tv_bound = cp.empty((B, Hq), cp.float64)
+        self.certify = kernel("decode.cu", "decode_certify")
+        self.args3 = (self.log_a, self.lse, self.cmax, _i32(B * Hq), self.risk, self.tv_bound)
 
     def launch(self):
+        """Launch the step's kernels on the current stream (no allocation, no host read)."""
         B, Hq, d = self.shape
         if B == 0:
             return
         self.stage1(self.grid1, (128,), self.args1)
         self.merge((B * Hq,), (min(d, 256),), self.args2)
+        if self.cert is None:
+            return
+        if self.telemetry is None:
+            self.certify(_grid1(B * Hq), (256,), self.args3)
+        else:  # one fused kernel certifies the cells and records them
+            self.telemetry._record_device(self.layer, self.risk, self.dev.pool.num_kv_heads,
+                                          certify=(self.log_a, self.lse, self.cmax, self.tv_bound))
 
     def result(self):
         import cupy as cp
@@ -421,9 +474,11 @@ class DecodePlan:
 
         if self.cert is None:
             return DecodeResult(self.o, self.lse, num_splits=self.ns)
-        risk = cert_mod.risk_from_log_a(self.log_a, self.lse, cp)
-        return DecodeResult(self.o, self.lse, self.log_a, risk, cert_mod.tv_bound(risk, self.cmax, cp), self.cmax,
-                            num_splits=self.ns)
+        contrib = None
+        if self.max_pages > 0:
+            contrib = cert_mod.page_contributions(self.page_lse, self.page_lam, self.lse, cp)
+        return DecodeResult(self.o, self.lse, self.log_a, self.risk, self.tv_bound, self.cmax, num_splits=self.ns,
+                            page_contrib=contrib)
 
 
 class Fp16PoolDevice(_DeviceBase):

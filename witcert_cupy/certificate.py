@@ -16,14 +16,19 @@ from . import _contract as C
 from .config import CertConfig
 
 
+def budget_heads(cert: CertConfig, num_q_heads: int) -> int:
+    """``Hq`` of the budget: the model's total (``cert.num_q_heads``) when given, else the query's."""
+    return num_q_heads if cert.num_q_heads is None else cert.num_q_heads
+
+
 def delta_loc(cert: CertConfig, num_q_heads: int) -> float:
     """Per-cell failure budget ``δ_loc = δ_req / (L · Hq · T)`` (SPEC §4)."""
-    return cert.delta_req / (cert.num_layers * num_q_heads * cert.steps)
+    return cert.delta_req / (cert.num_layers * budget_heads(cert, num_q_heads) * cert.steps)
 
 
 def log_budget(cert: CertConfig, num_q_heads: int) -> np.float32:
     """``log(2 / δ_loc)`` as float32 rounded up; the kernels add ``log S`` (S = quantized tokens)."""
-    v = math.log(2.0) + math.log(cert.num_layers) + math.log(num_q_heads) + math.log(cert.steps) \
+    v = math.log(2.0) + math.log(cert.num_layers) + math.log(budget_heads(cert, num_q_heads)) + math.log(cert.steps) \
         - math.log(cert.delta_req)
     f = np.float32(v)
     if float(f) < v:
@@ -62,6 +67,15 @@ def tv_bound(risk, cmax, xp=np):
     cm = cmax.astype(xp.float64)
     t = xp.where(xp.isnan(cm), 1.0, xp.tanh(cm / 2.0))
     return xp.minimum(xp.minimum(1.0, risk), t)
+
+
+def page_contributions(page_lse, page_lam, lse, xp=np):
+    """float64 ``contrib_j = e^{λ_j − lse} − e^{lse_j − lse}`` ``[B, Hq, P]`` (SPEC §6) from the
+    kernels' per-page ``lse_j``/``λ_j`` ``[B, Hq, P]``; a NaN (an infinite λ_j) counts as ``+inf``."""
+    L = lse.astype(xp.float64)[..., None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        c = xp.exp(page_lam.astype(xp.float64) - L) - xp.exp(page_lse.astype(xp.float64) - L)
+    return xp.where(xp.isnan(c), xp.inf, c)
 
 
 def a_threshold(tau: float) -> float:

@@ -177,6 +177,9 @@ class CertConfig:
         Failure probability budget of one request, ``0 < delta_req < 1`` (Tier B).
     num_layers, steps : int
         ``L`` and ``T`` in ``delta_loc = delta_req / (L * Hq * T)``.
+    num_q_heads : int or None
+        ``Hq`` of the budget: None takes the query's head count; a tensor-parallel rank that sees
+        only its own heads passes the model's total, so every rank spends the same global budget.
     tau : float
         Threshold on the risk ``R``: ``tau < 1`` certified, ``tau >= 1`` risk-ranked (SPEC §7).
     """
@@ -186,6 +189,7 @@ class CertConfig:
     num_layers: int = 1
     steps: int = 1
     tau: float = 0.2
+    num_q_heads: int | None = None
 
     def __post_init__(self):
         if self.tier not in C.TIERS:
@@ -194,6 +198,8 @@ class CertConfig:
         object.__setattr__(self, "num_layers", _int_arg("num_layers", self.num_layers, lo=1))
         object.__setattr__(self, "steps", _int_arg("steps", self.steps, lo=1))
         object.__setattr__(self, "tau", _float_arg("tau", self.tau, lo_open=0.0))
+        if self.num_q_heads is not None:
+            object.__setattr__(self, "num_q_heads", _int_arg("num_q_heads", self.num_q_heads, lo=1))
 
     @property
     def uses_witness(self) -> bool:

@@ -129,6 +129,8 @@ def _check_common(q, pool, layer, sm_scale, cert, num_splits):
     B, Hq, _ = q.shape
     if Hq % pool.num_kv_heads:
         raise ValueError(f"q has {Hq} heads, not a multiple of the pool's {pool.num_kv_heads} kv heads")
+    if cert is not None and cert.num_q_heads is not None and cert.num_q_heads < Hq:
+        raise ValueError(f"cert.num_q_heads ({cert.num_q_heads}) is below the {Hq} query heads of q")
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(pool.head_dim)
     elif isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float, np.floating)) \
@@ -157,7 +159,8 @@ def decode_attention(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len,
         KV splits per (request, kv head); None picks one from the hardware.  Results do not depend
         on it beyond fp32 rounding.
     page_contrib : bool
-        Also return the per-page certificate contributions (needs ``cert``; CPU backend for now).
+        Also return the per-page certificate contributions (needs ``cert``).  On the GPU this reads
+        ``kv_indptr`` once on the host to size the output (the one synchronising option).
     telemetry : Telemetry or None
         Adds this call's risks to the device-side aggregates (SPEC §8; needs ``cert``).
 
@@ -181,6 +184,9 @@ def decode_attention(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len,
             raise ValueError("telemetry needs a certificate (cert=CertConfig(...))")
         if (telemetry.xp is np) != (be == "cpu"):
             raise TypeError(f"telemetry counters must live on the pool's device ({be})")
+    if be == "cuda":  # telemetry is launched with the step (graph-capturable)
+        return _decode(q, pool, be, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits,
+                       page_contrib, telemetry)
     res = _decode(q, pool, be, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits,
                   page_contrib)
     if telemetry is not None:
@@ -189,14 +195,15 @@ def decode_attention(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len,
 
 
 def _decode(q, pool, be, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits,
-            page_contrib):
+            page_contrib, telemetry=None):
     if be == "cuda":
-        if page_contrib:
-            raise NotImplementedError("page_contrib is computed on the CPU backend only for now")
         qd = to_cupy(q)
         layer, sm_scale, num_splits = _check_common(qd, pool, layer, sm_scale, cert, num_splits)
-        return pool._dev.decode(qd, layer, to_cupy(kv_indptr), to_cupy(kv_indices),
-                                to_cupy(kv_last_page_len), sm_scale, cert, num_splits)
+        ip = to_cupy(kv_indptr)
+        # sizing the contribution output reads the page table once on the host (a sync, on request)
+        max_pages = max(1, int((ip[1:] - ip[:-1]).max().get())) if page_contrib and ip.shape[0] > 1 else 0
+        return pool._dev.decode(qd, layer, ip, to_cupy(kv_indices), to_cupy(kv_last_page_len), sm_scale, cert,
+                                num_splits, max_pages=max_pages, telemetry=telemetry)
     qh = to_numpy("q", q)
     layer, sm_scale, num_splits = _check_common(qh, pool, layer, sm_scale, cert, num_splits)
     B, Hq, d = qh.shape
@@ -242,7 +249,7 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
     page_lse = np.full((B, Hq, P), -np.inf, np.float32)
     page_lam = np.full((B, Hq, P), -np.inf, np.float32)
     decode_stage1(np.ascontiguousarray(q32), *data, bands, pt.indptr, pt.indices, pt.last_page_len,
-                  pool.page_size, np.float32(sm_scale), layer, *quant, tier, logb, beta, ns,
+                  pool.page_size, np.float32(sm_scale), layer, pool.kv_head_offset, *quant, tier, logb, beta, ns,
                   isinstance(pool, Fp16Pool), layer_map, tier_k, tier_v, bool(page_contrib), o_part, lse_part,
                   lam_part, cmax_part, page_lse, page_lam)
     o = np.empty((B, Hq, d), np.float32)
@@ -253,11 +260,6 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
     if cert is None:
         return DecodeResult(o, lse, num_splits=ns)
     risk = cert_mod.risk_from_log_a(log_a, lse)
-    contrib = None
-    if page_contrib:
-        L = lse.astype(np.float64)[..., None]
-        with np.errstate(over="ignore", invalid="ignore"):
-            contrib = np.exp(page_lam.astype(np.float64) - L) - np.exp(page_lse.astype(np.float64) - L)
-        contrib = np.where(np.isnan(contrib), np.inf, contrib)
+    contrib = cert_mod.page_contributions(page_lse, page_lam, lse) if page_contrib else None
     return DecodeResult(o, lse, log_a, risk, cert_mod.tv_bound(risk, cmax), cmax, num_splits=ns,
                         page_contrib=contrib)

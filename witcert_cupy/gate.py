@@ -20,6 +20,7 @@ import numpy as np
 
 from . import certificate as cert_mod
 from .arrays import backend_of, to_numpy
+from .reference import to_host
 from .config import CertConfig, _float_arg, _int_arg
 from .decode import check_page_table, decode_attention
 from .pool import PagedPool
@@ -71,7 +72,8 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
     q, pool, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, num_splits
         As for :func:`~witcert_cupy.decode_attention`; ``pool`` (a :class:`KVPool`, or an
         :class:`Fp16Pool`/:class:`SchemePool` metered by Tier A) is built with ``keep_exact=True`` and
-        ``exact_tier_pages > 0`` (CPU backend for now).
+        ``exact_tier_pages > 0``.  Either backend: on the GPU the loop reads ``A`` and the page
+        contributions on the host once per round (the gate is not graph-capturable; decode is).
     cert : CertConfig
     tau : float
         Threshold on the risk ``R`` (``> 0``): ``< 1`` certified, ``>= 1`` risk-ranked.
@@ -91,20 +93,29 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
         raise TypeError(f"cert must be a CertConfig, got {type(cert).__name__}")
     tau = _float_arg("tau", tau, lo_open=0.0)
     max_rounds = _int_arg("max_rounds", max_rounds, lo=0, hi=64)
-    if backend_of(q=q, kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len) != "cpu":
-        raise NotImplementedError("gated_decode runs on the CPU backend only for now")
-    qh = to_numpy("q", q)
-    B, Hq = qh.shape[0], qh.shape[1]
-    pt = check_page_table(kv_indptr, kv_indices, kv_last_page_len, batch=B, num_pages=pool.num_pages,
-                          page_size=pool.page_size)
+    be = backend_of(q=q, kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len)
+    if be != pool.backend:
+        raise TypeError(f"q and the page table must live on the pool's device ({pool.backend})")
+    # the repair loop is host-driven: it reads A and the contributions once per round
+    host = (lambda a: to_host(a)) if be == "cuda" else (lambda a: a)
+    pt = check_page_table(host(kv_indptr), host(kv_indices), host(kv_last_page_len), batch=q.shape[0],
+                          num_pages=pool.num_pages, page_size=pool.page_size)
+    B, Hq = q.shape[0], q.shape[1]
     G = Hq // pool.num_kv_heads
     thr = cert_mod.a_threshold(tau)
     report = GateReport(bytes_paged_in=np.zeros(B, np.int64), mode="certified" if tau < 1 else "risk-ranked")
-    kw = dict(layer=layer, kv_indptr=pt.indptr, kv_indices=pt.indices, kv_last_page_len=pt.last_page_len,
+    if be == "cuda":
+        qq = q
+        tables = (kv_indptr, kv_indices, kv_last_page_len)
+    else:
+        qq = to_numpy("q", q)
+        tables = (pt.indptr, pt.indices, pt.last_page_len)
+    kw = dict(layer=layer, kv_indptr=tables[0], kv_indices=tables[1], kv_last_page_len=tables[2],
               sm_scale=sm_scale, cert=cert, num_splits=num_splits)
     for rnd in range(max_rounds + 1):
-        res = decode_attention(qh, pool, page_contrib=True, **kw)
-        A = _a_of(res.log_a)
+        res = decode_attention(qq, pool, page_contrib=True, **kw)
+        A = _a_of(host(res.log_a))
+        page_contrib = host(res.page_contrib)
         over = A > thr
         report.over_threshold = over
         if not over.any() or rnd == max_rounds or report.tier_full:
@@ -116,7 +127,7 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
                 heads = [h * G + g for g in range(G) if over[b, h * G + g]]
                 if not heads:
                     continue
-                contrib = res.page_contrib[b, heads, :len(pages)]             # [heads, pages]
+                contrib = page_contrib[b, heads, :len(pages)]                 # [heads, pages]
                 order = np.argsort(-contrib.sum(0), kind="stable")
                 order = [j for j in order if contrib[:, j].sum() > 0 and not pool.is_exact(layer, h, pages[j])]
                 if not order:

@@ -32,9 +32,11 @@ class PagedPool:
     """
 
     def __init__(self, num_layers, num_kv_heads, head_dim, num_pages, page_size, *, backend="auto",
-                 keep_exact=False, exact_tier_pages=0):
+                 keep_exact=False, exact_tier_pages=0, kv_head_offset=0):
         self.num_layers = _int_arg("num_layers", num_layers, lo=1, hi=C.MAX_LAYER)
         self.num_kv_heads = _int_arg("num_kv_heads", num_kv_heads, lo=1, hi=C.MAX_KV_HEAD)
+        # first kv head of this pool in the model (a tensor-parallel shard); keys the dither stream
+        self.kv_head_offset = _int_arg("kv_head_offset", kv_head_offset, lo=0, hi=C.MAX_KV_HEAD - self.num_kv_heads)
         self.head_dim = _int_arg("head_dim", head_dim, lo=2)
         self.page_size = _int_arg("page_size", page_size, lo=1, hi=128)
         if self.page_size & (self.page_size - 1):
@@ -58,14 +60,20 @@ class PagedPool:
         cap = _int_arg("exact_tier_pages", exact_tier_pages, lo=0)
         if cap and not self.keep_exact:
             raise ValueError("exact_tier_pages needs keep_exact=True (the tier is filled from the backing store)")
-        if cap and self.backend == "cuda":
-            raise NotImplementedError("the exact tier (gated repair) runs on the CPU backend only for now")
         self.exact_tier_pages = cap
-        # tier entry of (layer, kv head, page), -1 when the page is served from the store
-        self.tier_map = np.full((self.num_layers, self.num_kv_heads, self.num_pages), -1, np.int32) if cap else None
-        self.tier_k = np.zeros((max(cap, 1), self.page_size, self.head_dim), np.float16)
-        self.tier_v = np.zeros_like(self.tier_k)
+        # tier entry of (layer, kv head, page), -1 when the page is served from the store.  The host
+        # map owns allocation; on the GPU the kernels read a device copy whose rows have one more
+        # column than pages (a sink), and rewrites evict on the device (no sync): the host map is
+        # reconciled from it before its next use (:meth:`_tier_reconcile`).
+        self._tier_map = np.full((self.num_layers, self.num_kv_heads, self.num_pages), -1, np.int32) if cap else None
+        xp = self.xp
+        self.tier_k = xp.zeros((max(cap, 1), self.page_size, self.head_dim), xp.float16)
+        self.tier_v = xp.zeros_like(self.tier_k)
         self._tier_free = list(range(cap - 1, -1, -1))
+        self._tier_dirty = False
+        self.tier_map_dev = None
+        if cap and self.backend == "cuda":
+            self.tier_map_dev = xp.full((self.num_layers, self.num_kv_heads, self.num_pages + 1), -1, xp.int32)
 
     # ------------------------------------------------------------------ exact tier (SPEC §7)
     @property
@@ -74,38 +82,67 @@ class PagedPool:
         return 2 * self.page_size * self.head_dim * 2
 
     @property
+    def tier_map(self):
+        """int32 ``[L, Hkv, num_pages]`` (host): tier entry of each (layer, kv head, page), or -1;
+        None without a tier.  On the GPU, reading it synchronises once after a write."""
+        self._tier_reconcile()
+        return self._tier_map
+
+    @property
     def tier_free(self) -> int:
+        self._tier_reconcile()
         return len(self._tier_free)
 
     def is_exact(self, layer, kv_head, page) -> bool:
-        return self.tier_map is not None and self.tier_map[layer, kv_head, page] >= 0
+        tm = self.tier_map
+        return tm is not None and tm[layer, kv_head, page] >= 0
 
     def page_in(self, layer, kv_head, page) -> int:
         """Serve page ``page`` of ``(layer, kv_head)`` exactly from now on; returns the bytes moved
-        (0 if it was already exact).  Raises RuntimeError when the tier is full."""
-        if self.tier_map is None:
+        (0 if it was already exact).  Raises RuntimeError when the tier is full.  On the GPU the copy
+        from the (mapped) backing store is ordered on the current stream after earlier writes."""
+        tm = self.tier_map
+        if tm is None:
             raise ValueError("this pool has no exact tier (exact_tier_pages=0)")
-        if self.tier_map[layer, kv_head, page] >= 0:
+        if tm[layer, kv_head, page] >= 0:
             return 0
         if not self._tier_free:
             raise RuntimeError("the exact tier is full")
         e = self._tier_free.pop()
         rows = slice(page * self.page_size, (page + 1) * self.page_size)
-        self.tier_k[e] = self.exact[layer, 0, kv_head, rows]
-        self.tier_v[e] = self.exact[layer, 1, kv_head, rows]
-        self.tier_map[layer, kv_head, page] = e
+        if self.backend == "cuda":
+            self._dev.page_in(e, self.exact[layer, 0, kv_head, rows], self.exact[layer, 1, kv_head, rows])
+            self.tier_map_dev[layer, kv_head, page] = e
+        else:
+            self.tier_k[e] = self.exact[layer, 0, kv_head, rows]
+            self.tier_v[e] = self.exact[layer, 1, kv_head, rows]
+        tm[layer, kv_head, page] = e
         return self.page_in_bytes
 
     def _evict(self, layer, s64):
         """A rewritten slot makes its page's exact copy stale: back to quantized storage."""
-        if self.tier_map is None:
+        if self._tier_map is None:
+            return
+        if self.backend == "cuda":  # s64: device slots; the host map catches up in _tier_reconcile
+            self._dev.evict(layer, s64)
+            self._tier_dirty = True
             return
         for page in np.unique(s64 // self.page_size):
             for h in range(self.num_kv_heads):
-                e = self.tier_map[layer, h, page]
+                e = self._tier_map[layer, h, page]
                 if e >= 0:
-                    self.tier_map[layer, h, page] = -1
+                    self._tier_map[layer, h, page] = -1
                     self._tier_free.append(int(e))
+
+    def _tier_reconcile(self):
+        """Free the entries the device evicted since the last reconciliation (one host read)."""
+        if not self._tier_dirty:
+            return
+        self._tier_dirty = False
+        dev = self.tier_map_dev[:, :, : self.num_pages].get()
+        gone = (self._tier_map >= 0) & (dev < 0)
+        self._tier_free.extend(int(e) for e in self._tier_map[gone])
+        self._tier_map[gone] = -1
 
     @property
     def xp(self):
@@ -211,23 +248,35 @@ class KVPool(PagedPool):
         ``'auto'`` picks ``'cuda'`` when CuPy sees a GPU.
     keep_exact : bool
         Keep the fp16 rows in a host backing store (the gate pages them back in).
+    kv_head_offset : int
+        This pool's first kv head in the model (a tensor-parallel shard holding heads
+        ``[offset, offset + num_kv_heads)``).  The dither stream is keyed by the model's kv head, so a
+        shard stores exactly what a single pool of every head stores; a per-head ``outlier_pairs``
+        table may cover the whole model.
     exact_tier_pages : int
         Capacity of the exact fp16 tier, in (layer, kv head, page) entries (SPEC §7).  A repaired
         page is served from it exactly (``c_t = 0``) until one of its slots is rewritten.  Needs
-        ``keep_exact``.  CPU backend only for now (the CUDA decode does not read the tier yet).
+        ``keep_exact``.  On the GPU the tier lives in device memory and decode reads it in the same
+        pass (a device-side map; page-ins are stream-ordered copies from the mapped backing store).
     """
 
     def __init__(self, num_layers, num_kv_heads, head_dim, num_pages, page_size, config, *,
-                 backend="auto", keep_exact=False, exact_tier_pages=0):
+                 backend="auto", keep_exact=False, exact_tier_pages=0, kv_head_offset=0):
         if not isinstance(config, QuantConfig):
             raise TypeError(f"config must be a QuantConfig, got {type(config).__name__}")
         super().__init__(num_layers, num_kv_heads, head_dim, num_pages, page_size, backend=backend,
-                         keep_exact=keep_exact, exact_tier_pages=exact_tier_pages)
+                         keep_exact=keep_exact, exact_tier_pages=exact_tier_pages, kv_head_offset=kv_head_offset)
         if self.head_dim != config.head_dim:
             raise ValueError(f"head_dim ({self.head_dim}) must equal config.head_dim ({config.head_dim})")
         self.config = config
-        # validates outlier_pairs against (L, Hkv) now rather than at the first write
-        self.bypass_ch = config.bypass_channels(self.num_layers, self.num_kv_heads)
+        # validates outlier_pairs against (L, Hkv) now rather than at the first write; a shard
+        # takes its heads' rows of a model-wide [L, Hkv_total, n_pairs] table
+        o, H = self.kv_head_offset, self.num_kv_heads
+        total = o + H if config.outlier_pairs is None or o == 0 and config.outlier_pairs.shape[1] == H \
+            else config.outlier_pairs.shape[1]
+        if o + H > total:
+            raise ValueError(f"kv heads [{o}, {o + H}) lie outside outlier_pairs' {total} kv heads")
+        self.bypass_ch = np.ascontiguousarray(config.bypass_channels(self.num_layers, total)[:, o:o + H])
         self.band_ch = config.band_channels()
         xp = self.xp
         L, H, N, d = self.num_layers, self.num_kv_heads, self.num_slots, self.head_dim
@@ -261,6 +310,7 @@ class KVPool(PagedPool):
         layer, s64, rows = self._check_write(layer, slots, {"k": k, "v": v})
         if self.backend == "cuda":
             self._dev.write(layer, to_cupy(slots), to_cupy(k), to_cupy(v))
+            self._evict(layer, to_cupy(slots))
             return
         from ._cpu.write import write_rows
 
@@ -271,7 +321,8 @@ class KVPool(PagedPool):
         poisoned = np.zeros((n, self.num_kv_heads), np.uint8)
         for side, name in ((0, "k"), (1, "v")):
             bits16 = to_fp16_bits(name, rows[name])
-            write_rows(bits16, s64, s64, zeros, side, layer, k0, k1, cfg.dither_bits, cfg.group_size,
+            write_rows(bits16, s64, s64, zeros, side, layer, self.kv_head_offset, k0, k1, cfg.dither_bits,
+                       cfg.group_size,
                        self.bypass_ch[layer], self.band_ch, self.codes[layer, side],
                        self.scales[layer, side].view(np.uint16),
                        self.outliers[layer, side].view(np.uint16),
@@ -297,7 +348,7 @@ class KVPool(PagedPool):
         s64 = s.astype(np.int64)
         dequant_rows(self.codes[layer, side_id], self.scales[layer, side_id].view(np.uint16),
                      self.outliers[layer, side_id].view(np.uint16), s64, s64,
-                     np.zeros(s.shape[0], np.int64), side_id, layer, k0, k1, cfg.dither_bits,
+                     np.zeros(s.shape[0], np.int64), side_id, layer, self.kv_head_offset, k0, k1, cfg.dither_bits,
                      cfg.group_size, self.bypass_ch[layer], out)
         return out
 
@@ -367,6 +418,7 @@ class Fp16Pool(PagedPool):
         layer, s64, rows = self._check_write(layer, slots, rows)
         if self.backend == "cuda":
             self._dev.write(layer, to_cupy(slots), {n: to_cupy(x) for n, x in rows.items()})
+            self._evict(layer, to_cupy(slots))
             return
         from ._cpu.write import store_fp16_rows
 

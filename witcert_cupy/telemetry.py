@@ -1,8 +1,8 @@
 """Telemetry: aggregates of the certificate over (layer, query head, step) cells (SPEC §8).
 
-Every counter is an array on the backend's device, updated by array operations only: the step
-counter and the sampling predicate live there too, so recording never reads a device value on the
-host.  :meth:`Telemetry.snapshot` is the one explicit host read.
+Every counter is an array on the backend's device: the step counter and the sampling predicate
+live there too, so recording never reads a device value on the host.  On the GPU one single-CTA
+kernel per decode call updates them (deterministic, graph-capturable); on the CPU, NumPy.  :meth:`Telemetry.snapshot` is the one explicit host read.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ class Telemetry:
             xp = np
         self.xp = xp
         L, H = self.num_layers, self.num_q_heads
-        self.step = xp.full(1, -1, xp.int64)          # becomes 0 at the first layer-0 call
+        # becomes 0 at the first layer-0 call; on the GPU a second word holds step mod sample_every
+        self.step = xp.full(2 if backend == "cuda" else 1, -1, xp.int64)
         self.cells = xp.zeros(1, xp.int64)
         self.covered = xp.zeros(1, xp.int64)
         self.overflow = xp.zeros(1, xp.int64)
@@ -52,11 +53,16 @@ class Telemetry:
         self.kv_covered = xp.zeros(1, xp.int64)       # ... whose G query heads are all covered
 
     def record(self, layer, risk, num_kv_heads):
-        """Add one decode call's risks ``[B, Hq]`` (device array) for ``layer``."""
+        """Add one decode call's risks ``[B, Hq]`` (float64, on the counters' device) for ``layer``."""
         xp = self.xp
         layer = _int_arg("layer", layer, lo=0, hi=self.num_layers - 1)
         if risk.ndim != 2 or risk.shape[1] != self.num_q_heads:
             raise ValueError(f"risk must have shape [B, {self.num_q_heads}], got {list(risk.shape)}")
+        if self.num_q_heads % num_kv_heads:
+            raise ValueError(f"num_kv_heads ({num_kv_heads}) must divide num_q_heads ({self.num_q_heads})")
+        if xp is not np:
+            self._record_device(layer, xp.ascontiguousarray(risk, dtype=xp.float64), num_kv_heads)
+            return
         if layer == 0:
             self.step += 1
         w = (self.step % self.sample_every == 0).astype(xp.int64)   # the sampling predicate, on device
@@ -77,6 +83,24 @@ class Telemetry:
         kv_ok = ok.reshape(B, num_kv_heads, -1).all(-1)
         self.kv_cells += w * kv_ok.size
         self.kv_covered += w * kv_ok.sum()
+
+    def _record_device(self, layer, risk, num_kv_heads, certify=None):
+        """The GPU twin of :meth:`record`: one single-CTA kernel (``cuda/telemetry.cu``), no
+        allocation and no host read, so it runs inside captured CUDA graphs.  ``risk`` is a
+        contiguous float64 ``[B, Hq]`` CuPy array; with ``certify = (log_a, lse, cmax, tv_bound)``
+        the kernel first fills ``risk`` and ``tv_bound`` from the decode outputs (SPEC §5)."""
+        from ._cuda import kernel
+
+        B, Hq = risk.shape
+        if B == 0:
+            return
+        null = np.uint64(0)
+        cert_args = certify if certify is not None else (null, null, null, null)
+        kernel("telemetry.cu", "telemetry_record")(
+            (1,), (256,),
+            (*cert_args, risk, np.int32(B), np.int32(Hq), np.int32(Hq // num_kv_heads), np.int32(layer), np.float64(self.tau),
+             np.int64(self.sample_every), self.step, self.cells, self.covered, self.overflow, self.sum_r,
+             self.max_r, self.head_max, self.head_exceed, self.kv_cells, self.kv_covered))
 
     def snapshot(self) -> dict:
         """One host read of every aggregate (this is the only synchronising call)."""

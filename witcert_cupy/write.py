@@ -107,7 +107,7 @@ def quantize(x, slots, *, layer, side, config: QuantConfig) -> QuantizedKV:
     poisoned = np.zeros((n, H), np.uint8)
     k0, k1 = config.seed_words
     write_rows(to_fp16_bits("x", xh), np.arange(n, dtype=np.int64), s, np.zeros(n, np.int64), side_id,
-               layer, k0, k1, config.dither_bits, config.group_size, bypass, config.band_channels(),
+               layer, 0, k0, k1, config.dither_bits, config.group_size, bypass, config.band_channels(),
                codes, scales, outl, wit, poisoned)
     tr = lambda a: np.ascontiguousarray(a.transpose(1, 0, 2))  # noqa: E731
     return QuantizedKV(tr(codes), tr(scales).view(np.float16), tr(outl).view(np.float16),
@@ -146,6 +146,6 @@ def dequantize(qkv: QuantizedKV, slots, *, layer, side, config: QuantConfig):
     out = np.empty((n, H, d), np.float32)
     k0, k1 = config.seed_words
     dequant_rows(tr(codes), tr(scales).view(np.uint16), tr(outl).view(np.uint16),
-                 np.arange(n, dtype=np.int64), s, np.zeros(n, np.int64), side_id, layer, k0, k1,
+                 np.arange(n, dtype=np.int64), s, np.zeros(n, np.int64), side_id, layer, 0, k0, k1,
                  config.dither_bits, config.group_size, bypass, out)
     return out

@@ -29,7 +29,7 @@ def _finite_or_inf(c):
 @njit(parallel=True, cache=True)
 def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v,
                   bypass_ch, band_ch, kv_indptr, kv_indices, kv_last_page_len, page_size,
-                  sm_scale, layer, k0, k1, bits, group_size, tier, log_budget, beta_steps,
+                  sm_scale, layer, head_base, k0, k1, bits, group_size, tier, log_budget, beta_steps,
                   num_splits, fp16_store, tier_map, tier_k, tier_v, want_pages,
                   o_part, lse_part, lam_part, cmax_part, page_lse, page_lam):
     """Stage 1 over work units ``(b, kv_head, split)``.
@@ -146,10 +146,10 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                         kh[c] = f16_bits_to_f32(codes_k[h, slot, c])
                         vh[c] = f16_bits_to_f32(codes_v[h, slot, c])
                 else:
-                    dither_row(xi, slot, 0, layer, h, 0, k0, k1, bits)
+                    dither_row(xi, slot, 0, layer, h + head_base, 0, k0, k1, bits)
                     reconstruct_row(kh, codes_k[h, slot], scales_k[h, slot], outl_k[h, slot], xi,
                                     bypass_ch[h], group_size)
-                    dither_row(xi, slot, 1, layer, h, 0, k0, k1, bits)
+                    dither_row(xi, slot, 1, layer, h + head_base, 0, k0, k1, bits)
                     reconstruct_row(vh, codes_v[h, slot], scales_v[h, slot], outl_v[h, slot], xi,
                                     bypass_ch[h], group_size)
                 for g in range(G):

@@ -35,9 +35,11 @@ def reconstruct_row(out, codes_row, scales_row, outl_row, xi, bypass_row, group_
 
 
 @njit(parallel=True, cache=True)
-def write_rows(x_bits, dest_rows, slots, epochs, side, layer, k0, k1, bits, group_size,
+def write_rows(x_bits, dest_rows, slots, epochs, side, layer, head_base, k0, k1, bits, group_size,
                bypass_ch, band_ch, codes, scales, outliers, witness, poisoned):
     """Quantize ``x_bits`` (fp16 bits ``uint16 [n, H, d]``) into row ``dest_rows[i]`` of the outputs.
+
+    Head ``h`` of the rows is kv head ``head_base + h`` of the model: the dither stream is keyed by it.
 
     ``poisoned[i, h]`` is set to 1 when row ``(i, h)`` held a non-finite value (SPEC §3.6).
     """
@@ -57,7 +59,7 @@ def write_rows(x_bits, dest_rows, slots, epochs, side, layer, k0, k1, bits, grou
             byp[bypass_ch[h, j]] = True
         for c in range(d):
             x[c] = f16_bits_to_f32(x_bits[i, h, c])
-        dither_row(xi, slots[i], side, layer, h, epochs[i], k0, k1, bits)
+        dither_row(xi, slots[i], side, layer, h + head_base, epochs[i], k0, k1, bits)
         row_bad = False
         for g in range(ng):
             amax = np.float32(0.0)
@@ -139,7 +141,7 @@ def store_fp16_rows(exact_bits, stored_bits, dest_rows, band_ch, values, witness
 
 
 @njit(parallel=True, cache=True)
-def dequant_rows(codes, scales, outliers, src_rows, slots, epochs, side, layer, k0, k1, bits,
+def dequant_rows(codes, scales, outliers, src_rows, slots, epochs, side, layer, head_base, k0, k1, bits,
                  group_size, bypass_ch, out):
     """Reconstruct rows ``src_rows`` into ``out float32 [n, H, d]`` (SPEC §3.4)."""
     n = src_rows.shape[0]
@@ -150,7 +152,7 @@ def dequant_rows(codes, scales, outliers, src_rows, slots, epochs, side, layer, 
         h = it % H
         row = src_rows[i]
         xi = np.empty(d, np.float32)
-        dither_row(xi, slots[i], side, layer, h, epochs[i], k0, k1, bits)
+        dither_row(xi, slots[i], side, layer, h + head_base, epochs[i], k0, k1, bits)
         reconstruct_row(out[i, h], codes[h, row], scales[h, row], outliers[h, row], xi,
                         bypass_ch[h], group_size)
 
