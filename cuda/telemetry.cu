@@ -5,7 +5,9 @@
 // certificate.cuh: log_a, lse, cmax -> risk, tv_bound) in place of decode_certify, so a decode
 // step with telemetry on launches no extra kernel.  A single CTA with a fixed reduction order makes the aggregates
 // deterministic (bit-identical between eager runs and CUDA-graph replays) and needs no atomics;
-// a call covers B·Hq cells (a few thousand at most), so one CTA is not the bottleneck.
+// a call covers B·Hq cells (a few thousand at most), so one CTA is not the bottleneck: its cost is
+// the chain of dependent memory round trips, so the risks stay in shared memory (up to TEL_SMEM
+// cells), the step and counters are loaded early, and the sums reduce by shuffles.
 // The step counter and the sampling predicate live here: the layer-0 call advances the step first,
 // then every thread reads it, so nothing is read on the host and the call is graph-capturable.
 // Counters (all device arrays): step (int64 [2]: index, index mod sample_every), cells, covered,
@@ -14,30 +16,55 @@
 #include "certificate.cuh"
 
 #define TEL_THREADS 256
+#define TEL_WARPS (TEL_THREADS / 32)
+#define TEL_SMEM 2048  // cells kept in shared memory (16 KB); larger calls read R back from global
 
 extern "C" __global__ void __launch_bounds__(TEL_THREADS) telemetry_record(
     const float* __restrict__ log_a, const float* __restrict__ lse, const float* __restrict__ cmax,
     double* __restrict__ tv_bound, double* risk, int B, int Hq, int G, int layer, double tau, long long sample_every,
     long long* step, long long* cells, long long* covered, long long* overflow, double* sum_r, double* max_r,
     double* head_max, long long* head_exceed, long long* kv_cells, long long* kv_covered) {
-    __shared__ long long s_cov[TEL_THREADS], s_ovf[TEL_THREADS], s_kv[TEL_THREADS];
-    __shared__ double s_sum[TEL_THREADS], s_max[TEL_THREADS];
-    const int tid = threadIdx.x;
+    __shared__ double r_s[TEL_SMEM];
+    __shared__ long long w_cov[TEL_WARPS], w_ovf[TEL_WARPS], w_kv[TEL_WARPS];
+    __shared__ double w_sum[TEL_WARPS], w_max[TEL_WARPS];
+    __shared__ int s_phase;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const long long n = (long long)B * Hq;
-    if (log_a != nullptr) {
-        for (long long i = tid; i < n; i += TEL_THREADS) certify_cell(log_a[i], lse[i], cmax[i], risk[i], tv_bound[i]);
+    const bool in_smem = n <= TEL_SMEM;
+    long long st0 = 0, st1 = 0;
+    if (tid == 0) {  // issued before the certify loads, so the round trips overlap
+        st0 = step[0];
+        st1 = step[1];
+    }
+    for (long long i = tid; i < n; i += TEL_THREADS) {
+        double r;
+        if (log_a != nullptr) {
+            double t;
+            certify_cell(log_a[i], lse[i], cmax[i], r, t);
+            risk[i] = r;
+            tv_bound[i] = t;
+        } else {
+            r = risk[i];
+        }
+        if (in_smem) r_s[i] = r;
     }
     // step[1] is step mod sample_every, kept alongside so the predicate needs no 64-bit division
-    if (layer == 0 && tid == 0) {
-        step[0] += 1;
-        step[1] = step[0] == 0 || step[1] + 1 == sample_every ? 0 : step[1] + 1;
+    if (tid == 0) {
+        if (layer == 0) {
+            st0 += 1;
+            st1 = st0 == 0 || st1 + 1 == sample_every ? 0 : st1 + 1;
+            step[0] = st0;
+            step[1] = st1;
+        }
+        s_phase = (int)(st1 != 0);
     }
-    __syncthreads();
-    if (step[1] != 0) return;  // uniform: every thread read the same phase (and the risks above)
+    __syncthreads();  // also publishes every thread's risks (shared and global) to the block
+    if (s_phase) return;  // uniform
+    const double* rr = in_smem ? r_s : risk;
     long long cov = 0, ovf = 0, kv = 0;
     double sm = 0.0, mx = 0.0;
     for (long long i = tid; i < n; i += TEL_THREADS) {
-        const double r = risk[i];
+        const double r = rr[i];
         const bool fin = fabs(r) <= WC_F64_MAX;  // false for NaN and inf
         cov += r <= tau;
         ovf += !fin;
@@ -49,45 +76,55 @@ extern "C" __global__ void __launch_bounds__(TEL_THREADS) telemetry_record(
     // (request, kv head) cells whose G query heads are all covered
     const long long nkv = (long long)B * (Hq / G);
     for (long long i = tid; i < nkv; i += TEL_THREADS) {
-        bool all = true;
-        for (int g = 0; g < G; ++g) all = all && risk[i * G + g] <= tau;
-        kv += all;
+        int ok = 0;
+        for (int g = 0; g < G; ++g) ok += rr[i * G + g] <= tau;
+        kv += ok == G;
     }
-    s_cov[tid] = cov;
-    s_ovf[tid] = ovf;
-    s_kv[tid] = kv;
-    s_sum[tid] = sm;
-    s_max[tid] = mx;
     // per (layer, query head): max over finite R and the exceed count, over the batch
     for (int hq = tid; hq < Hq; hq += TEL_THREADS) {
-        double hm = head_max[(long long)layer * Hq + hq];
+        const long long o = (long long)layer * Hq + hq;
+        double hm = head_max[o];
         long long ex = 0;
         for (int b = 0; b < B; ++b) {
-            const double r = risk[(long long)b * Hq + hq];
+            const double r = rr[(long long)b * Hq + hq];
             if (fabs(r) <= WC_F64_MAX) hm = fmax(hm, r);
             ex += !(r <= tau);
         }
-        head_max[(long long)layer * Hq + hq] = hm;
-        head_exceed[(long long)layer * Hq + hq] += ex;
+        head_max[o] = hm;
+        head_exceed[o] += ex;
+    }
+    // fixed-order reductions: a shuffle tree in each warp, then warp 0 over the warps
+    for (int off = 16; off > 0; off >>= 1) {
+        cov += __shfl_xor_sync(0xffffffffu, cov, off);
+        ovf += __shfl_xor_sync(0xffffffffu, ovf, off);
+        kv += __shfl_xor_sync(0xffffffffu, kv, off);
+        sm += __shfl_xor_sync(0xffffffffu, sm, off);
+        mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    }
+    if (lane == 0) {
+        w_cov[warp] = cov;
+        w_ovf[warp] = ovf;
+        w_kv[warp] = kv;
+        w_sum[warp] = sm;
+        w_max[warp] = mx;
     }
     __syncthreads();
-    for (int w = TEL_THREADS / 2; w > 0; w >>= 1) {
-        if (tid < w) {
-            s_cov[tid] += s_cov[tid + w];
-            s_ovf[tid] += s_ovf[tid + w];
-            s_kv[tid] += s_kv[tid + w];
-            s_sum[tid] += s_sum[tid + w];
-            s_max[tid] = fmax(s_max[tid], s_max[tid + w]);
-        }
-        __syncthreads();
-    }
     if (tid == 0) {
+        long long c = 0, o = 0, k = 0;
+        double su = 0.0, m = 0.0;
+        for (int w = 0; w < TEL_WARPS; ++w) {
+            c += w_cov[w];
+            o += w_ovf[w];
+            k += w_kv[w];
+            su += w_sum[w];
+            m = fmax(m, w_max[w]);
+        }
         cells[0] += n;
-        covered[0] += s_cov[0];
-        overflow[0] += s_ovf[0];
-        sum_r[0] += s_sum[0];
-        max_r[0] = fmax(max_r[0], s_max[0]);
+        covered[0] += c;
+        overflow[0] += o;
+        sum_r[0] += su;
+        max_r[0] = fmax(max_r[0], m);
         kv_cells[0] += nkv;
-        kv_covered[0] += s_kv[0];
+        kv_covered[0] += k;
     }
 }
