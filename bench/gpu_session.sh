@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (see the device notes: few, full calls): environment, the GPU test suite, the
 # compute-sanitizer fuzz, and the benchmarks.  Everything lands under $OUT (at most 8 files).
-#   bash bench/gpu_session.sh [tests|issue4|tp|quick|full]   (tests: no benchmarks; tp: + NCCL run)
+#   bash bench/gpu_session.sh [tests|issue4|issue8|tp|quick|full]   (tests: no benchmarks; tp: + NCCL run)
 set -u
 MODE=${1:-quick}
 export PYTHONPATH=.:tests PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupy_cache NUMBA_CACHE_DIR=/tmp/numba_cache
@@ -26,6 +26,14 @@ tail -8 "$OUT/sanitizer.log"
 echo "== telemetry and gate benchmark"
 python3 bench/telemetry_gate.py --out "$OUT" 2>&1 | tee "$OUT/bench_telemetry_gate.log" | tail -12
 [ "$MODE" = issue4 ] && exit 0
+if [ "$MODE" = issue8 ]; then
+  echo "== llama decoder: every test of tests/test_llama.py (transformers cross-check included) and the CLI on cuda"
+  python3 -m pytest tests/test_llama.py -q -rA -p no:cacheprovider 2>&1 | tee "$OUT/llama_tests.log" | tail -20
+  python3 python/llama_numpy.py --make-tiny /tmp/tiny >/dev/null
+  for g in "" --gate; do python3 python/llama_numpy.py --model /tmp/tiny --prompt-len 48 --steps 32 --backend cuda $g \
+      --json "$OUT/llama-cuda${g}.json" 2>&1 | tail -3; done
+  exit 0
+fi
 if [ "$MODE" = tp ]; then
   echo "== tensor-parallel decode (NCCL, one process per GPU)"
   NCCL_NVLS_ENABLE=0 python3 python/tp_decode.py --worlds 1,2,4 --check --out "$OUT/tp" 2>&1 | tee "$OUT/tp_decode.log" | tail -8

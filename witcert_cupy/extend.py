@@ -4,15 +4,17 @@ quantized prefix plus themselves, each query position with its own certificate (
 The new tokens are written to the pool first, as an engine does.  Query position ``i`` of request
 ``b`` attends causally to the first ``S_b − n_b + i + 1`` tokens of the request's page table — the
 same pages, so shared prefixes read the same slots — which makes an extend exactly a batch of decode
-queries over prefixes of one page table.  This CPU version runs it that way, through the certified
-decode kernel (fp32, the SPEC §6 contract); it is the oracle for a future prefill kernel.
+queries over prefixes of one page table.  It runs that way on both backends, through the certified
+decode kernels (fp32, the SPEC §6 contract): correct and certified, not a tuned prefill kernel
+(issue 6's tensor-core prefill is still to come); on the GPU it reads the small page-table arrays
+on the host once per call.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .arrays import backend_of, check_int, to_numpy
+from .arrays import backend_of, check_int, to_cupy, to_numpy
 from .config import CertConfig
 from .decode import check_page_table, decode_attention
 
@@ -47,11 +49,14 @@ def extend_attention(q, pool, *, layer, qo_indptr, kv_indptr, kv_indices, kv_las
     """
     be = backend_of(q=q, qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_indices=kv_indices,
                     kv_last_page_len=kv_last_page_len)
-    if be != "cpu":
-        raise NotImplementedError("extend_attention runs on the CPU backend only for now")
+    if be == "cuda":  # the expanded page table is built on the host (one read of the small tables)
+        from .reference import to_host
+
+        qo_indptr, kv_indptr, kv_indices, kv_last_page_len = (
+            to_host(a) for a in (qo_indptr, kv_indptr, kv_indices, kv_last_page_len))
     qo = to_numpy("qo_indptr", qo_indptr)
     check_int("qo_indptr", qo)
-    qh = to_numpy("q", q)
+    qh = to_cupy(q) if be == "cuda" else to_numpy("q", q)
     if qh.ndim != 3:
         raise ValueError(f"q must have shape [n_new, Hq, d], got {list(qh.shape)}")
     B = qo.shape[0] - 1
@@ -79,6 +84,8 @@ def extend_attention(q, pool, *, layer, qo_indptr, kv_indptr, kv_indices, kv_las
             indices.extend(pages[:npg].tolist())
             indptr.append(len(indices))
             last.append(int(length) - (npg - 1) * ps)
-    return decode_attention(qh, pool, layer=layer, kv_indptr=np.array(indptr, np.int32),
-                            kv_indices=np.array(indices, np.int32), kv_last_page_len=np.array(last, np.int32),
-                            sm_scale=sm_scale, cert=cert, num_splits=num_splits)
+    tables = [np.array(a, np.int32) for a in (indptr, indices, last)]
+    if be == "cuda":
+        tables = [pool.xp.asarray(a) for a in tables]
+    return decode_attention(qh, pool, layer=layer, kv_indptr=tables[0], kv_indices=tables[1],
+                            kv_last_page_len=tables[2], sm_scale=sm_scale, cert=cert, num_splits=num_splits)
