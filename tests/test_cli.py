@@ -88,6 +88,11 @@ def test_report_renders_on_cpu(tmp_path):
     for r in rep["rows"]:
         assert r["violations"] == 0
         assert len(r["scatter"]["bound"]) == len(r["scatter"]["true_tv"]) == 1 * 8 * 2
+        g = r["gated_last_step"]  # the gate brings every head of the last step under tau ...
+        assert g["coverage_at_tau"] == 1.0 and g["output_rel_err_max"] <= r["output_rel_err_max"] + 1e-9
+        # ... paging in at most the whole cache, and nothing where nothing exceeded tau
+        assert 0 <= g["bytes_paged_in"] <= g["bytes_whole_cache"]
+        assert (g["pages_repaired"] == 0) == (g["bytes_paged_in"] == 0)
         if r["kind"] == "int8":
             assert len(r["risk_coverage_curve"]) == len(rep["deltas"])
             assert r["risk_coverage_curve"] == sorted(r["risk_coverage_curve"])  # looser δ, more coverage

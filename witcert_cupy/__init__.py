@@ -14,12 +14,13 @@ from .graph import CapturedStep, decode_plan
 from .pool import Fp16Pool, KVPool
 from .schemes import SchemePool, get_scheme, list_schemes, register_scheme
 from .stream import dither, philox4x32_10
+from .synthetic import calibrate_outlier_pairs
 from .telemetry import Telemetry
 from .write import QuantizedKV, dequantize, quantize
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CapturedStep", "CertConfig", "DecodeResult", "decode_plan", "Fp16Pool", "GateReport", "KVPool", "SchemePool", "Telemetry", "gated_decode", "get_scheme", "list_schemes", "register_scheme", "QuantConfig", "QuantizedKV", "decode_attention", "extend_attention",
+    "CapturedStep", "CertConfig", "calibrate_outlier_pairs", "DecodeResult", "decode_plan", "Fp16Pool", "GateReport", "KVPool", "SchemePool", "Telemetry", "gated_decode", "get_scheme", "list_schemes", "register_scheme", "QuantConfig", "QuantizedKV", "decode_attention", "extend_attention",
     "dequantize", "dither", "philox4x32_10", "quantize", "reference", "__version__",
 ]
