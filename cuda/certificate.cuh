@@ -4,6 +4,7 @@
 #pragma once
 #include "common.cuh"
 
+#define WC_F64_MAX 1.7976931348623157e308
 
 // R = expm1(2 (log A + res)) / 2, res = LOG_A_RESOLUTION_ULPS ulp(max(1, |lse|)) for finite lse
 // (the resolution of the fp32 difference log A = LSE(λ) − lse), NaN -> +inf;

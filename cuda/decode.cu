@@ -23,13 +23,11 @@
 //   last-page length outside [1, page_size] poison the split (NaN output, infinite certificate).
 //   FP16 = true: the same kernel over an Fp16Pool (stored fp16 values, no dither or scales; Tier A
 //   from the witness, or no certificate): our fp16 baseline and the meter of black-box schemes.
-// decode_merge: grid (B * Hq): SPEC §6 stage 2 (twin of _cpu/decode.py::merge_splits), SPEC §5 per
-//   cell, and the step's telemetry in the last CTA (see its comment).
-// decode_certify: SPEC §5 per cell alone (for arrays computed elsewhere; tests).
+// decode_merge: grid (B * Hq), block D: SPEC §6 stage 2, twin of _cpu/decode.py::merge_splits.
+// decode_certify: SPEC §5 risk and TV bound per cell into preallocated float64 outputs.
 #include "common.cuh"
 #include "philox.cuh"
 #include "certificate.cuh"
-#include "telemetry.cuh"
 
 #define DEC_THREADS 128
 #define DEC_WARPS (DEC_THREADS / 32)
@@ -566,20 +564,10 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     }
 }
 
-// decode_merge: grid (B * Hq), block MERGE_THREADS.  SPEC §6 stage 2 for one cell, then (risk !=
-// null) SPEC §5 for it (certificate.cuh) into risk / tv_bound; then (tel.step != null) the CTA that
-// finishes last — a ticket taken after a fence — aggregates the telemetry of every cell
-// (telemetry.cuh) and resets the ticket, so a certified decode step with telemetry is two kernels.
-#define MERGE_THREADS 128
-extern "C" __global__ void __launch_bounds__(MERGE_THREADS) decode_merge(
-    const float* __restrict__ o_part, const float* __restrict__ lse_part, const float* __restrict__ lam_part,
-    const float* __restrict__ cmax_part, int ns, int D, float* __restrict__ o, float* __restrict__ lse,
-    float* __restrict__ log_a, float* __restrict__ cmax, double* risk, double* tv_bound, unsigned* ticket,
-    int B, int Hq, int G, int layer, double tau, long long sample_every, long long* step, long long* cells,
-    long long* covered, long long* overflow, double* sum_r, double* max_r, double* head_max,
-    long long* head_exceed, long long* kv_cells, long long* kv_covered) {
-    const TelemetryArgs tel = {step, cells, covered, overflow, sum_r, max_r, head_max, head_exceed, kv_cells,
-                               kv_covered, tau, sample_every, layer, G};
+extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const float* __restrict__ lse_part,
+                                        const float* __restrict__ lam_part, const float* __restrict__ cmax_part,
+                                        int ns, int D, float* __restrict__ o, float* __restrict__ lse,
+                                        float* __restrict__ log_a, float* __restrict__ cmax) {
     const i64 r = blockIdx.x;  // (b, hq)
     const float* lp = lse_part + r * ns;
     const float* lm = lam_part + r * ns;
@@ -592,52 +580,46 @@ extern "C" __global__ void __launch_bounds__(MERGE_THREADS) decode_merge(
         lmx = fmaxf(lmx, lm[s]);
         cm = fmaxf(cm, cmax_part[r * ns + s]);
     }
-    float L = 0.0f, la = 0.0f;
+    if (threadIdx.x == 0) cmax[r] = cm;
     if (bad) {
         for (int c = threadIdx.x; c < D; c += blockDim.x) o[r * D + c] = NAN;
-        L = NAN;
-        la = INFINITY;
-    } else if (mx == -INFINITY) {  // no tokens at all
-        for (int c = threadIdx.x; c < D; c += blockDim.x) o[r * D + c] = 0.0f;
-        L = -INFINITY;
-        la = 0.0f;
-    } else {
-        float tot = 0.0f;
-        for (int s = 0; s < ns; ++s)
-            if (lp[s] != -INFINITY) tot += expf(lp[s] - mx);
-        L = mx + logf(tot);
-        for (int c = threadIdx.x; c < D; c += blockDim.x) {
-            float acc = 0.0f;
-            for (int s = 0; s < ns; ++s)
-                if (lp[s] != -INFINITY) acc += expf(lp[s] - L) * o_part[(r * ns + s) * D + c];
-            o[r * D + c] = acc;
+        if (threadIdx.x == 0) {
+            lse[r] = NAN;
+            log_a[r] = INFINITY;
         }
+        return;
+    }
+    if (mx == -INFINITY) {
+        for (int c = threadIdx.x; c < D; c += blockDim.x) o[r * D + c] = 0.0f;
+        if (threadIdx.x == 0) {
+            lse[r] = -INFINITY;
+            log_a[r] = 0.0f;
+        }
+        return;
+    }
+    float tot = 0.0f;
+    for (int s = 0; s < ns; ++s)
+        if (lp[s] != -INFINITY) tot += expf(lp[s] - mx);
+    const float L = mx + logf(tot);
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int s = 0; s < ns; ++s)
+            if (lp[s] != -INFINITY) acc += expf(lp[s] - L) * o_part[(r * ns + s) * D + c];
+        o[r * D + c] = acc;
+    }
+    if (threadIdx.x == 0) {
+        lse[r] = L;
         if (lmx == INFINITY) {
-            la = INFINITY;
-        } else if (lmx != -INFINITY) {
+            log_a[r] = INFINITY;
+        } else if (lmx == -INFINITY) {
+            log_a[r] = 0.0f;
+        } else {
             float t2 = 0.0f;
             for (int s = 0; s < ns; ++s)
                 if (lm[s] != -INFINITY) t2 += expf(lm[s] - lmx);
-            la = fmaxf(lmx + logf(t2) - L, 0.0f);  // A >= 1 exactly; below is fp32 rounding
+            log_a[r] = fmaxf(lmx + logf(t2) - L, 0.0f);  // A >= 1 exactly; below is fp32 rounding
         }
     }
-    if (threadIdx.x == 0) {
-        cmax[r] = cm;
-        lse[r] = L;
-        log_a[r] = la;
-        if (risk != nullptr) certify_cell(la, L, cm, risk[r], tv_bound[r]);
-    }
-    if (tel.step == nullptr) return;  // uniform
-    __shared__ bool last;
-    if (threadIdx.x == 0) {
-        __threadfence();  // this cell's risk is visible before the ticket says so
-        last = atomicAdd(ticket, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    telemetry_aggregate<MERGE_THREADS>(risk, B, Hq, tel);
-    if (threadIdx.x == 0) *ticket = 0u;  // ready for the next launch or replay
 }
 
 // decode_certify: grid ceil(n / 256), block 256: SPEC §5 per cell (certificate.cuh) into

@@ -108,9 +108,6 @@ def kernel(filename: str, name: str, template: str | None = None):
     return _module(filename, (template,)).get_function(template)
 
 
-MERGE_THREADS = 128  # cuda/decode.cu: decode_merge's __launch_bounds__
-
-
 def _i32(v):
     return np.int32(v)
 
@@ -448,20 +445,12 @@ class DecodePlan:
                       _i32(bits), *tier_dims, _i32(P > 0), _i32(P), _i32(p.kv_head_offset), np.uint32(k0),
                       np.uint32(k1),
                       np.float32(sm_scale), np.float32(logb), np.float32(beta))
+        self.args2 = (self.o_part, self.lse_part, self.lam_part, self.cmax_part, _i32(ns), _i32(d), self.o,
+                      self.lse, self.log_a, self.cmax)
         self.risk = cp.empty((B, Hq), cp.float64)
         self.tv_bound = cp.empty((B, Hq), cp.float64)
-        # the merge also certifies each cell and, in its last CTA, records the step's telemetry
-        self.ticket = cp.zeros(1, cp.uint32)
-        cert_out = (self.risk, self.tv_bound) if cert is not None else (null, null)
-        if telemetry is not None:
-            t = telemetry
-            tel = (np.float64(t.tau), np.int64(t.sample_every), t.step, t.cells, t.covered, t.overflow, t.sum_r,
-                   t.max_r, t.head_max, t.head_exceed, t.kv_cells, t.kv_covered)
-        else:
-            tel = (np.float64(0), np.int64(1), *([null] * 10))
-        self.args2 = (self.o_part, self.lse_part, self.lam_part, self.cmax_part, _i32(ns), _i32(d), self.o,
-                      self.lse, self.log_a, self.cmax, *cert_out, self.ticket, _i32(B), _i32(Hq), _i32(G),
-                      _i32(layer), *tel)
+        self.certify = kernel("decode.cu", "decode_certify")
+        self.args3 = (self.log_a, self.lse, self.cmax, _i32(B * Hq), self.risk, self.tv_bound)
 
     def launch(self):
         """Launch the step's kernels on the current stream (no allocation, no host read)."""
@@ -469,7 +458,14 @@ class DecodePlan:
         if B == 0:
             return
         self.stage1(self.grid1, (128,), self.args1)
-        self.merge((B * Hq,), (MERGE_THREADS,), self.args2)
+        self.merge((B * Hq,), (min(d, 256),), self.args2)
+        if self.cert is None:
+            return
+        if self.telemetry is None:
+            self.certify(_grid1(B * Hq), (256,), self.args3)
+        else:  # one fused kernel certifies the cells and records them
+            self.telemetry._record_device(self.layer, self.risk, self.dev.pool.num_kv_heads,
+                                          certify=(self.log_a, self.lse, self.cmax, self.tv_bound))
 
     def result(self):
         import cupy as cp
