@@ -31,6 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import witcert_cupy as wc  # noqa: E402
 from witcert_cupy.reference import to_host  # noqa: E402
+from witcert_cupy.telemetry import join_forks  # noqa: E402
 
 D, PAGE = 128, 16
 
@@ -59,6 +60,7 @@ def _time_graph(launches, reps):
         s.begin_capture()
         for f in launches:
             f()
+        join_forks(s)
         g = s.end_capture()
         g.launch(s)
         s.synchronize()

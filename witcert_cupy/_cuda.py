@@ -407,6 +407,7 @@ class DecodePlan:
         p = dev.pool
         self.dev, self.cert, self.ns, self.layer = dev, cert, ns, layer
         self.telemetry, self.max_pages = telemetry, max_pages
+        self._tel_done = None  # (event, recorded under capture) of this plan's last telemetry launch
         B, Hq, d = q.shape
         self.shape = (B, Hq, d)
         self.q = cp.ascontiguousarray(q, dtype=cp.float32)
@@ -463,9 +464,21 @@ class DecodePlan:
             return
         if self.telemetry is None:
             self.certify(_grid1(B * Hq), (256,), self.args3)
-        else:  # one fused kernel certifies the cells and records them
-            self.telemetry._record_device(self.layer, self.risk, self.dev.pool.num_kv_heads,
-                                          certify=(self.log_a, self.lse, self.cmax, self.tv_bound))
+            return
+        import cupy as cp
+
+        from . import telemetry as tel_mod
+
+        main = cp.cuda.get_current_stream()
+        # which capture (or None: eager) this launch belongs to
+        epoch = tel_mod.capture_epoch() if main.is_capturing() else None
+        # this plan's previous telemetry launch must have read the risks before they are rewritten
+        # (an event of the same capture, or of eager work; never one across two)
+        if self._tel_done is not None and self._tel_done[1] == epoch:
+            main.wait_event(self._tel_done[0])
+        self.certify(_grid1(B * Hq), (256,), self.args3)
+        self.telemetry._record_forked(self.layer, self.risk, self.dev.pool.num_kv_heads)
+        self._tel_done = (self.telemetry._last, epoch)
 
     def result(self):
         import cupy as cp

@@ -90,12 +90,15 @@ class CapturedStep:
             if not isinstance(p, PagedPool) or p.backend != "cuda":
                 raise TypeError("pools must be GPU KVPool/Fp16Pool/SchemePool objects")
             warm_kernels(p)
-        cp.cuda.get_current_stream().synchronize()
+        cp.cuda.Device().synchronize()  # no eager work (telemetry streams included) still in flight
         self.stream = cp.cuda.Stream(non_blocking=True)
+        from .telemetry import join_forks
+
         with self.stream:
             self.stream.begin_capture()
             try:
                 fn()
+                join_forks(self.stream)  # telemetry forked off the capture stream comes back
             finally:
                 self.graph = self.stream.end_capture()
 

@@ -51,6 +51,7 @@ class Telemetry:
         self.head_exceed = xp.zeros((L, H), xp.int64)
         self.kv_cells = xp.zeros(1, xp.int64)         # (request, layer, kv head, step) cells
         self.kv_covered = xp.zeros(1, xp.int64)       # ... whose G query heads are all covered
+        self._side, self._last, self._inflight = None, None, []  # GPU: the forked telemetry stream
 
     def record(self, layer, risk, num_kv_heads):
         """Add one decode call's risks ``[B, Hq]`` (float64, on the counters' device) for ``layer``."""
@@ -102,8 +103,43 @@ class Telemetry:
              np.int64(self.sample_every), self.step, self.cells, self.covered, self.overflow, self.sum_r,
              self.max_r, self.head_max, self.head_exceed, self.kv_cells, self.kv_covered))
 
+    def _record_forked(self, layer, risk, num_kv_heads):
+        """Record off the decode's critical path (GPU): the telemetry kernel runs on this object's
+        own stream, forked from the current stream after the risks exist, so it overlaps the next
+        kernels instead of delaying them.  Telemetry launches stay in order (one stream), so the
+        aggregates are as deterministic as :meth:`_record_device`.  Under CUDA-graph capture the
+        fork is captured too and :func:`join_forks` rejoins it before the capture ends
+        (:class:`~witcert_cupy.CapturedStep` does); eagerly, ``risk`` is kept alive until the kernel
+        that reads it has run."""
+        import cupy as cp
+
+        main = cp.cuda.get_current_stream()
+        if self._side is None:
+            self._side = cp.cuda.Stream(non_blocking=True)
+        ready = cp.cuda.Event(disable_timing=True)
+        ready.record(main)
+        self._side.wait_event(ready)
+        with self._side:
+            self._record_device(layer, risk, num_kv_heads)
+        done = cp.cuda.Event(disable_timing=True)
+        done.record(self._side)
+        self._last = done
+        if main.is_capturing():
+            _CAPTURE_FORKS.add(self)
+        else:
+            self._inflight = [(e, r) for e, r in self._inflight if not e.done] + [(done, risk)]
+
+    def join(self, stream=None):
+        """Make ``stream`` (default: the current one) wait for every telemetry launch so far."""
+        if self._last is not None:
+            import cupy as cp
+
+            (stream or cp.cuda.get_current_stream()).wait_event(self._last)
+
     def snapshot(self) -> dict:
         """One host read of every aggregate (this is the only synchronising call)."""
+        if self._side is not None:
+            self._side.synchronize()
         get = (lambda a: a.get()) if self.xp is not np else np.asarray
         cells, kv_cells = int(get(self.cells)[0]), int(get(self.kv_cells)[0])
         finite = cells - int(get(self.overflow)[0])
@@ -119,3 +155,22 @@ class Telemetry:
             "kv_coverage": int(get(self.kv_covered)[0]) / kv_cells if kv_cells else None,
             "tau": self.tau,
         }
+
+
+# Telemetry objects that forked work into a stream capture in progress: joined before it ends.
+_CAPTURE_FORKS: set = set()
+_EPOCH = [0]  # counts ended captures: events of one capture are never waited on in another
+
+
+def capture_epoch() -> int:
+    return _EPOCH[0]
+
+
+def join_forks(stream=None):
+    """Rejoin, into ``stream`` (default: the current one), the telemetry streams forked during the
+    capture in progress; a capture cannot end with work forked off its origin stream.  Call it
+    last before ``end_capture`` (:class:`~witcert_cupy.CapturedStep` does)."""
+    for t in list(_CAPTURE_FORKS):
+        t.join(stream)
+    _CAPTURE_FORKS.clear()
+    _EPOCH[0] += 1
