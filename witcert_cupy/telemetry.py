@@ -2,7 +2,8 @@
 
 Every counter is an array on the backend's device: the step counter and the sampling predicate
 live there too, so recording never reads a device value on the host.  On the GPU one single-CTA
-kernel per decode call updates them (deterministic, graph-capturable); on the CPU, NumPy.  :meth:`Telemetry.snapshot` is the one explicit host read.
+kernel per decode call updates them (deterministic, graph-capturable), on the Telemetry's own
+stream, forked off the decode's critical path; on the CPU, NumPy.  :meth:`Telemetry.snapshot` is the one explicit host read.
 """
 
 from __future__ import annotations
