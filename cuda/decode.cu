@@ -5,10 +5,8 @@
 //   A token row is handled by D/8 lanes, each owning 8 consecutive channels (one 8-byte code load
 //   per side; a lane pair shares each 8-bit Philox call); a warp works on 32/(D/8) tokens at once,
 //   each lane group with its own online-softmax state, merged at the end by shuffles and shared
-//   memory.  Per query head it keeps (m, l, acc[8]) for lse and o in every lane; the certificate
-//   state — (m2, l2) for λ = log Σ e^{ℓ̃ + c} with its own running max, and cmax — and the Tier-B
-//   bound are kept for one head per lane (head cl mod G), so the G heads' certificate work is split
-//   over a token's lanes instead of repeated by all of them (v1.2).
+//   memory.  Per query head it keeps (m, l, acc[16]) for lse and o, (m2, l2) for
+//   λ = log Σ e^{ℓ̃ + c} with its own running max, and cmax.
 //   Reads: codes/scales/outliers (+ witness for Tier A) of the split's tokens, the page table.
 //   Writes: o_part [B, Hq, ns, D], lse_part / lam_part / cmax_part [B, Hq, ns].
 //   Exact tier (SPEC §7, optional: tier_map != null): tier_map [H, tier_stride] of this layer gives
@@ -255,17 +253,16 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     }
     __syncthreads();
 
-    // ---- per-lane-group running state: (m, l, acc) for every head (each lane owns 8 channels of
-    // o), the certificate accumulator (m2, l2, cmx) for one head only, gm = cl mod G (the LPT >= G
-    // lanes of a token split the heads among them instead of all repeating all G)
+    // ---- per-lane-group running state
     // m2 == +inf is sticky: some token had c_t = +inf, so λ = +inf ("no guarantee")
-    const int gm = cl % G;
-    float m[G], l[G], acc[G][VEC];
-    float m2 = -INFINITY, l2 = 0.0f, cmx = 0.0f;
+    float m[G], l[G], m2[G], l2[G], cmx[G], acc[G][VEC];
 #pragma unroll
     for (int g = 0; g < G; ++g) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
+        m2[g] = -INFINITY;
+        l2[g] = 0.0f;
+        cmx[g] = 0.0f;
 #pragma unroll
         for (int i = 0; i < VEC; ++i) acc[g][i] = 0.0f;
     }
@@ -318,7 +315,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
                 }
             }
         }
-        float lt[U][G], ct[U], vh[U][VEC];  // ct: c_t of this lane's head gm
+        float lt[U][G], ct[U][G], vh[U][VEC];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             float xik[VEC], xiv[VEC], kh[VEC];
@@ -362,52 +359,49 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
             }
             group_sum<G>(dot, LPT);
             if (a.tier & 1) group_sum<G>(ca, LPT);
-            // Tier B for this lane's head, from the row's scales: no cross-lane sums, and every lane
-            // of head gm gets the same bits
-            float u2 = 0.0f, be = 0.0f;
+            // Tier B in every lane from the row's scales: no cross-lane sums, identical bits in all lanes
+            float u2[G], be[G];
+#pragma unroll
+            for (int g = 0; g < G; ++g) u2[g] = be[g] = 0.0f;
             if ((a.tier & 2) && valid[u] && te[u] < 0) {
                 for (int gr = 0; gr < NG; ++gr) {
                     const float sg = f16_to_f32(a.scales[rowk * NG + gr]);
-                    u2 += sg * sg * bq2[gm][gr];
-                    be += sg * bq1[gm][gr];
+#pragma unroll
+                    for (int g = 0; g < G; ++g) {
+                        u2[g] += sg * sg * bq2[g][gr];
+                        be[g] += sg * bq1[g][gr];
+                    }
                 }
             }
-            float ca_own = 0.0f;
 #pragma unroll
             for (int g = 0; g < G; ++g) {
                 lt[u][g] = sm2 * dot[g];  // ℓ̃ in log2 units: the softmax runs on exp2
                 if (valid[u] && !is_finite32(lt[u][g])) poisoned = true;
-                if (g == gm) ca_own = ca[g];  // a select, not a dynamic register index
+                float c = INFINITY;
+                if (a.tier & 1) {
+                    const float c1 = ca[g] * (float)WC_C_EVAL_SLACK;
+                    c = c1 <= WC_F32_MAX ? c1 : INFINITY;
+                }
+                if (a.tier & 2) {
+                    float c2 = (sqrtf(u2[g]) + be[g]) * (float)WC_C_EVAL_SLACK;
+                    c2 = c2 <= WC_F32_MAX ? c2 : INFINITY;
+                    c = fminf(c, c2);
+                }
+                ct[u][g] = te[u] >= 0 ? 0.0f : c;  // natural units (cmax); λ below works in log2 units
             }
-            float c = INFINITY;
-            if (a.tier & 1) {
-                const float c1 = ca_own * (float)WC_C_EVAL_SLACK;
-                c = c1 <= WC_F32_MAX ? c1 : INFINITY;
-            }
-            if (a.tier & 2) {
-                float c2 = (sqrtf(u2) + be) * (float)WC_C_EVAL_SLACK;
-                c2 = c2 <= WC_F32_MAX ? c2 : INFINITY;
-                c = fminf(c, c2);
-            }
-            ct[u] = te[u] >= 0 ? 0.0f : c;  // natural units (cmax); λ below works in log2 units
-        }
-        float lo[U];  // ℓ̃ of this lane's head
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            lo[u] = lt[u][0];
-#pragma unroll
-            for (int g = 1; g < G; ++g)
-                if (g == gm) lo[u] = lt[u][g];
         }
         if (a.want_pages) {
             // stage this step's (ℓ̃, ℓ̃ + c) per token; a full window is reduced page by page
-            if (cl < G) {  // lane cl holds head cl's certificate (gm == cl)
+            if (cl == 0) {
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
                     const int off = (int)((tg + u - ta) & (PW - 1));
-                    pw_lt[cl * PW + off] = valid[u] ? lo[u] : -INFINITY;
-                    pw_x[cl * PW + off] = !valid[u] ? -INFINITY
-                                        : (ct[u] == INFINITY ? INFINITY : lo[u] + ct[u] * LOG2E);
+#pragma unroll
+                    for (int g = 0; g < G; ++g) {
+                        pw_lt[g * PW + off] = valid[u] ? lt[u][g] : -INFINITY;
+                        pw_x[g * PW + off] = !valid[u] ? -INFINITY
+                                           : (ct[u][g] == INFINITY ? INFINITY : lt[u][g] + ct[u][g] * LOG2E);
+                    }
                 }
             }
             if ((((t0 - ta) + TOK_STEP) & (PW - 1)) == 0 || t0 + TOK_STEP >= tb) {
@@ -466,24 +460,24 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
                 acc[g][i] = o;
             }
             m[g] = mn;
-        }
-        if (a.tier) {  // the certificate accumulator of this lane's head
-            float mx2 = -INFINITY;
+            if (a.tier) {
+                float mx2 = -INFINITY;
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                if (!valid[u]) continue;
-                cmx = fmaxf(cmx, ct[u]);
-                if (ct[u] == INFINITY) m2 = INFINITY;
-                else mx2 = fmaxf(mx2, lo[u] + ct[u] * LOG2E);
-            }
-            if (m2 != INFINITY && mx2 != -INFINITY) {
-                const float mn2 = fmaxf(m2, mx2);
-                float s2 = l2 * exp2f(m2 - mn2);
+                for (int u = 0; u < U; ++u) {
+                    if (!valid[u]) continue;
+                    cmx[g] = fmaxf(cmx[g], ct[u][g]);
+                    if (ct[u][g] == INFINITY) m2[g] = INFINITY;
+                    else mx2 = fmaxf(mx2, lt[u][g] + ct[u][g] * LOG2E);
+                }
+                if (m2[g] != INFINITY && mx2 != -INFINITY) {
+                    const float mn2 = fmaxf(m2[g], mx2);
+                    float s2 = l2[g] * exp2f(m2[g] - mn2);
 #pragma unroll
-                for (int u = 0; u < U; ++u)
-                    if (valid[u]) s2 += exp2f(lo[u] + ct[u] * LOG2E - mn2);
-                l2 = s2;
-                m2 = mn2;
+                    for (int u = 0; u < U; ++u)
+                        if (valid[u]) s2 += exp2f(lt[u][g] + ct[u][g] * LOG2E - mn2);
+                    l2[g] = s2;
+                    m2[g] = mn2;
+                }
             }
         }
     }
@@ -504,17 +498,16 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
                 acc[g][i] = acc[g][i] * sa + ao * sb;
             }
             m[g] = mn;
+            const float m2o = __shfl_xor_sync(0xffffffffu, m2[g], off);
+            const float l2o = __shfl_xor_sync(0xffffffffu, l2[g], off);
+            const float mn2 = fmaxf(m2[g], m2o);
+            const bool fin2 = mn2 != -INFINITY && mn2 != INFINITY;
+            const float s2a = fin2 ? exp2f(m2[g] - mn2) : 0.0f;
+            const float s2b = fin2 ? exp2f(m2o - mn2) : 0.0f;
+            l2[g] = l2[g] * s2a + l2o * s2b;
+            m2[g] = mn2;
+            cmx[g] = fmaxf(cmx[g], __shfl_xor_sync(0xffffffffu, cmx[g], off));
         }
-        // the certificate state: the partner lane (same cl, other token group) holds the same head
-        const float m2o = __shfl_xor_sync(0xffffffffu, m2, off);
-        const float l2o = __shfl_xor_sync(0xffffffffu, l2, off);
-        const float mn2 = fmaxf(m2, m2o);
-        const bool fin2 = mn2 != -INFINITY && mn2 != INFINITY;
-        const float s2a = fin2 ? exp2f(m2 - mn2) : 0.0f;
-        const float s2b = fin2 ? exp2f(m2o - mn2) : 0.0f;
-        l2 = l2 * s2a + l2o * s2b;
-        m2 = mn2;
-        cmx = fmaxf(cmx, __shfl_xor_sync(0xffffffffu, cmx, off));
     }
     // ---- then the warps, through shared memory: [warp][g][0..D) acc, D: m, D+1: l, D+2: m2,
     //      D+3: l2, D+4: cmax
@@ -526,12 +519,10 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
             if (cl == 0) {
                 red[warp][g][D] = m[g];
                 red[warp][g][D + 1] = l[g];
+                red[warp][g][D + 2] = m2[g];
+                red[warp][g][D + 3] = l2[g];
+                red[warp][g][D + 4] = cmx[g];
             }
-        }
-        if (cl < G) {  // lane cl holds head cl's certificate
-            red[warp][cl][D + 2] = m2;
-            red[warp][cl][D + 3] = l2;
-            red[warp][cl][D + 4] = cmx;
         }
     }
     poisoned = __syncthreads_or(poisoned);
