@@ -129,15 +129,15 @@ class Int8Case:
     def bytes_moved(self):
         return self.B * self.hkv * self.ctx * 2 * self.cfg.bytes_per_token_side()
 
-    def plans(self, bits, cert, unroll=0):
+    def plans(self, bits, cert, unroll=0, stage1="auto"):
         self.pool.config = dataclasses.replace(self.cfg, dither_bits=bits)
         c = wc.CertConfig(tier="B", num_layers=32, steps=1024) if cert else None
-        return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), c, None, unroll)
-                for r in range(self.rot)]
+        return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), c, None, unroll,
+                                    stage1=stage1) for r in range(self.rot)]
 
-    def check(self, bits, cert):
+    def check(self, bits, cert, stage1="auto"):
         """Request 0 of rotation 0 against float64 attention over the reconstructed values."""
-        plan = self.plans(bits, cert)[0] if bits is not None else self.plans()[0]
+        plan = self.plans(bits, cert, stage1=stage1)[0] if bits is not None else self.plans()[0]
         plan.launch()
         res = plan.result()
         ip, ix, ll = self.tables[0]
@@ -246,17 +246,21 @@ def main():
         case = Int8Case(B, hq, hkv, ctx, page, rot)
         for bits in bits_list if page == PAGE else [8]:
             for cert in (True, False) if page == PAGE else (True,):
-                err = case.check(bits, cert)
-                checks.append({"method": "witcert_int8", "batch": B, "hq": hq, "hkv": hkv, "context": ctx,
-                               "page_size": page, "dither_bits": bits, "cert": cert, "rel_err_vs_fp64": err})
-                assert err < 1e-4, f"INT8 decode check failed: {err}"
-                plans = case.plans(bits, cert)
-                us, _ = time_cupy([p.launch for p in plans], args.reps)
-                rows.append(dict(method="witcert_int8", batch=B, hq=hq, hkv=hkv, context=ctx, page_size=page,
-                                 dither_bits=bits, cert=cert, us=us, gbps=case.bytes_moved() / us / 1e3,
-                                 ratio_sdpa=us / sdpa_us, rotations=rot, num_splits=plans[0].ns))
-                print(f"    int8 bits={bits} cert={cert}: {us:8.1f} us  ({us / sdpa_us:.2f}x SDPA "
-                      f"{sdpa_us:.1f} us)", file=sys.stderr, flush=True)
+                # the library's choice, and the general kernel side by side where the choice is v2
+                variants = [("witcert_int8", "auto")] + ([("witcert_int8_v1", "v1")] if bits == 8 else [])
+                for method, stage1 in variants:
+                    err = case.check(bits, cert, stage1)
+                    checks.append({"method": method, "batch": B, "hq": hq, "hkv": hkv, "context": ctx,
+                                   "page_size": page, "dither_bits": bits, "cert": cert, "rel_err_vs_fp64": err})
+                    assert err < 1e-4, f"INT8 decode check failed ({method}): {err}"
+                    plans = case.plans(bits, cert, stage1=stage1)
+                    us, _ = time_cupy([p.launch for p in plans], args.reps)
+                    rows.append(dict(method=method, kernel=plans[0].kernel_name, batch=B, hq=hq, hkv=hkv,
+                                     context=ctx, page_size=page, dither_bits=bits, cert=cert, us=us,
+                                     gbps=case.bytes_moved() / us / 1e3, ratio_sdpa=us / sdpa_us, rotations=rot,
+                                     num_splits=plans[0].ns))
+                    print(f"    int8 ({plans[0].kernel_name}) bits={bits} cert={cert}: {us:8.1f} us  "
+                          f"({us / sdpa_us:.2f}x SDPA {sdpa_us:.1f} us)", file=sys.stderr, flush=True)
         case = None
         cp.get_default_memory_pool().free_all_blocks()
         if page == PAGE:

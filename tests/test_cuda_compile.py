@@ -39,6 +39,9 @@ def test_compiles_for_sm90_without_spills_or_warnings(name, tmp_path):
             for g in range(1, 9):
                 for f in ("Lb0", "Lb1"):  # INT8 and fp16 stores
                     assert any(f"decode_stage1ILi{d}ELi{g}E{f}E" in e for e in entries), (d, g, f)
+    if name == "decode_v2.cu":
+        for g in range(1, 9):
+            assert any(f"decode_stage1_v2ILi{g}EE" in e for e in entries), g
 
 
 def test_inlined_source_is_self_contained(tmp_path):
@@ -85,6 +88,8 @@ def test_compiles_with_nvrtc_as_cupy_does(name):
     src = _cuda.inline_source(name)
     if name == "decode.cu":
         src += "\nWC_INST1(128, 4, false)\n"
+    if name == "decode_v2.cu":
+        src += "\nWC_V2_INST(4)\nWC_V2_INST(8)\n"
     ok, log = compile_nvrtc(src, name, ["-arch=sm_90", "-ftz=true", *_cuda.options()])
     assert ok, log
     assert "warning" not in log.lower(), log

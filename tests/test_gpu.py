@@ -353,3 +353,50 @@ def test_telemetry_on_device_without_host_sync():
     assert snap["coverage"] == np.mean(R <= 0.05)
     assert np.isclose(snap["max_r_finite"], R.max())
     assert np.array_equal(snap["head_exceed"][0], (R > 0.05).sum(axis=(0, 1)))
+
+
+# ---------------------------------------------------------------- the two stage-1 kernels
+
+@pytest.mark.parametrize("G", [1, 2, 4, 5, 8])
+@pytest.mark.parametrize("page", [16, 1])
+def test_staged_tile_kernel_agrees_with_the_general_one(G, page):
+    """decode_stage1_v2 (the common case) against decode_stage1 and float64, on the same plan inputs:
+    outlier bypass, witness (Tier AB), ragged lengths, an empty request, split counts that cut pages."""
+    H, d = 2, 128
+    cfg = wc.QuantConfig(d, witness_bands=16, seed=G, outlier_pairs=np.array([[[3, 40], [7, 9]]]))
+    lengths = [1, 31, 33, 700, 0, 1500]
+    (pc, tc, _, _), (pg, tg, _, _) = _pools(G + page, lengths=lengths, H=H, d=d, page_size=page, cfg=cfg,
+                                            massive=[(3, 50.0)])
+    rng = np.random.default_rng(G)
+    q = cp.asarray((rng.standard_normal((len(lengths), H * G, d)) * 2).astype(np.float32))
+    ip, ix, ll = on_device(pg, tg)
+    cert = wc.CertConfig(tier="AB", num_layers=2, steps=4)
+    pt = page_table(pc, tc)
+    for ns in (1, 7):
+        res = {}
+        for k in ("v1", "v2"):
+            plan = pg._dev.plan(q, 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns, stage1=k)
+            assert plan.kernel_name == k
+            plan.launch()
+            res[k] = plan.result()
+        for name in ("o", "lse", "log_a", "cmax"):
+            a, b = res["v1"].__dict__[name].get(), res["v2"].__dict__[name].get()
+            assert np.array_equal(np.isfinite(a), np.isfinite(b)), name
+            fin = np.isfinite(a)
+            np.testing.assert_allclose(b[fin], a[fin], rtol=2e-5, atol=2e-6, err_msg=name)
+        for bq, n in enumerate(lengths):
+            if n == 0:
+                assert np.all(res["v2"].o[bq].get() == 0) and np.all(np.isneginf(res["v2"].lse[bq].get()))
+                continue
+            rows = reference.request_rows(pc, 0, pt, bq)
+            tv = reference.true_tv(q[bq].get(), rows["k_exact"], rows["k_hat"])
+            assert np.all(tv <= res["v2"].tv_bound[bq].get())
+    # a page id outside the pool poisons only its request, in both kernels
+    bad = ix.copy()
+    bad[0] = pg.num_pages + 5
+    for k in ("v1", "v2"):
+        plan = pg._dev.plan(q, 0, ip, bad, ll, 1 / math.sqrt(d), cert, 3, stage1=k)
+        plan.launch()
+        r = plan.result()
+        assert np.all(np.isnan(r.o[0].get())) and np.all(np.isinf(r.log_a[0].get()))
+        assert np.all(np.isfinite(r.o[3].get()))

@@ -330,11 +330,14 @@ class _DeviceBase:
                               self.pool.num_pages)))
 
     def plan(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits, unroll=0,
-             max_pages=0, telemetry=None):
+             max_pages=0, telemetry=None, stage1="auto"):
         """Validate (metadata only), allocate the outputs, and return a :class:`DecodePlan`.
 
         ``unroll`` (tokens per lane group per step; 0 = default) exists for the benchmark sweep.
-        ``max_pages > 0`` asks for per-page contributions of each request's first ``max_pages`` pages."""
+        ``max_pages > 0`` asks for per-page contributions of each request's first ``max_pages`` pages.
+        ``stage1``: ``'auto'`` (the staged-tile ``decode_stage1_v2`` where it applies, else
+        ``decode_stage1``), or ``'v1'`` / ``'v2'`` to force one (benchmarks; ``'v2'`` raises where
+        it does not apply)."""
         p = self.pool
         B, Hq, d = q.shape
         G = Hq // p.num_kv_heads
@@ -346,7 +349,7 @@ class _DeviceBase:
                 raise ValueError(f"{name} must have shape [{n}], got {list(arr.shape)}")
         check_int("kv_indices", kv_indices)
         return DecodePlan(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert,
-                          num_splits or self.default_num_splits(B), unroll, max_pages, telemetry)
+                          num_splits or self.default_num_splits(B), unroll, max_pages, telemetry, stage1)
 
     def decode(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits, max_pages=0,
                telemetry=None):
@@ -401,7 +404,7 @@ class DecodePlan:
     launches or replays."""
 
     def __init__(self, dev, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, ns, unroll=0,
-                 max_pages=0, telemetry=None):
+                 max_pages=0, telemetry=None, stage1="auto"):
         import cupy as cp
 
         p = dev.pool
@@ -446,6 +449,24 @@ class DecodePlan:
                       _i32(bits), *tier_dims, _i32(P > 0), _i32(P), _i32(p.kv_head_offset), np.uint32(k0),
                       np.uint32(k1),
                       np.float32(sm_scale), np.float32(logb), np.float32(beta))
+        # the staged-tile kernel serves the common case: INT8, d = 128, 8-bit dither, no exact tier,
+        # no per-page output, default unroll (decode_v2.cu); decode_stage1 serves everything
+        v2_ok = (not dev.fp16_store and d == 128 and bits == 8 and p.tier_map_dev is None and P == 0
+                 and unroll == 0 and 128 // gs <= 8 and dev.num_bands <= 64)
+        if stage1 not in ("auto", "v1", "v2"):
+            raise ValueError(f"stage1 must be 'auto', 'v1' or 'v2', got {stage1!r}")
+        if stage1 == "v2" and not v2_ok:
+            raise ValueError("decode_stage1_v2 serves INT8 pools with d=128, 8-bit dither, no exact tier and no "
+                             "page contributions")
+        self.kernel_name = "v2" if v2_ok and stage1 != "v1" else "v1"
+        if self.kernel_name == "v2":
+            self.stage1 = kernel("decode_v2.cu", None, f"decode_stage1_v2<{G}>")
+            self.args1 = (self.q, data, scales, outl, wit, bypass, dev.band_ch, self.ip, self.ix, self.ll,
+                          self.o_part, self.lse_part, self.lam_part, self.cmax_part, np.int64(p.num_slots),
+                          _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset), _i32(gs), _i32(bypass.shape[-1]),
+                          _i32(dev.num_bands), _i32(int(math.log2(p.page_size))), _i32(p.num_pages),
+                          _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)), np.uint32(k0),
+                          np.uint32(k1), np.float32(sm_scale), np.float32(logb), np.float32(beta))
         self.args2 = (self.o_part, self.lse_part, self.lam_part, self.cmax_part, _i32(ns), _i32(d), self.o,
                       self.lse, self.log_a, self.cmax)
         self.risk = cp.empty((B, Hq), cp.float64)

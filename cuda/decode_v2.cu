@@ -1,0 +1,340 @@
+// decode_v2.cu — stage 1 of the split-KV decode with staged tiles (issue 5, v2): the common case
+// of the INT8 pool (d = 128, 8-bit dither, no exact tier, no per-page output).  Same contract,
+// inputs and outputs as decode_stage1 in decode.cu (SPEC §4–6; fp32 dequant x̂ = s·(k − ξ) with
+// the exact stream), which serves every other case.
+//
+// decode_stage1_v2<G>: grid (num_splits, Hkv, B), block 128.  Per tile of 32 tokens:
+//   A. every thread dequantizes 64 channels of one (token, side) — 4 Philox calls, 64 codes — into
+//      shared fp32 tiles K̂[32][132], V̂[32][132] (padded: conflict-free 16-byte reads by row);
+//      K's scales and witness are staged for the certificate;
+//   B. one warp per query head (two when G > 4), one lane per token: the dot product from shared
+//      memory, c_t, and the tile's online-softmax and certificate updates by warp reductions, so
+//      each (token, head) is computed once, not by 16 lanes as in decode_stage1;
+//   C. thread c accumulates channel c of o for every head from V̂ and the tile's probabilities.
+// Why: decode_stage1 spends ≈ 320 warp-instructions per KV token (bench/NOTES.md profile), most of
+// them per-lane repetition of per-token work; this layout does each piece of work once.
+// Shared memory: static, < 48 KB at G = 8.  Never reads out of bounds: page ids outside the pool,
+// an inconsistent kv_indptr or a bad last-page length poison the split (NaN output, infinite
+// certificate), as in decode_stage1.
+#include "common.cuh"
+#include "philox.cuh"
+
+#define V2_THREADS 128
+#define V2_TILE 32
+#define V2_D 128
+#define V2_PAD (V2_D + 4)
+#define V2_LOG2E 1.4426950408889634f
+#define V2_LN2 0.6931471805599453f
+
+__device__ __forceinline__ float v2_warp_max(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+__device__ __forceinline__ float v2_warp_sum(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// CTAs per SM the register budget is set for: 4 up to G = 4 (the shared tiles allow 4); 3 above,
+// where the accumulators of o grow; 2 at G = 5, where ptxas otherwise spills (it then takes 214).
+__host__ __device__ constexpr int v2_min_blocks(int g) { return g <= 4 ? 4 : (g == 5 ? 2 : 3); }
+
+template <int G>
+__global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G)) decode_stage1_v2(
+    const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
+    const u16* __restrict__ outl, const u16* __restrict__ wit, const int* __restrict__ bypass_ch,
+    const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
+    const int* __restrict__ kv_last_page_len, float* __restrict__ o_part, float* __restrict__ lse_part,
+    float* __restrict__ lam_part, float* __restrict__ cmax_part, i64 N, int H, int layer, int head_base, int gs,
+    int NP2, int NB, int page_shift, int num_pages, int nnz, int num_splits, int tier, u32 k0, u32 k1, float sm,
+    float log_budget, float beta_steps) {
+    constexpr int D = V2_D;
+    constexpr int NH = (G + 3) / 4;  // heads per warp in phase B
+    __shared__ __align__(16) float q_s[G][D];
+    __shared__ float bq2[G][8];  // 2 (sm²/12) Q2_g log(2S/δ_loc) per scale group (gs >= 16)
+    __shared__ float bq1[G][8];  // sm Q1_g (2^-(m+1) + 2^-15)
+    __shared__ float a_band[G][64];
+    __shared__ short oidx[D];
+    __shared__ __align__(16) float Ks[V2_TILE][V2_PAD];
+    __shared__ __align__(16) float Vs[V2_TILE][V2_PAD];
+    __shared__ float sck[V2_TILE][9];   // rows padded: lane = token reads without bank conflicts
+    __shared__ u16 wit_s[V2_TILE][66];
+    __shared__ __align__(16) float P[G][V2_TILE];
+    __shared__ float st[G][6];  // per head: m, l, m2, l2, cmax (log2 units), this tile's rescale
+    __shared__ int valid_s[V2_TILE];
+
+    const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int Hq = H * G;
+    const int ps = 1 << page_shift;
+    const float sm2 = sm * V2_LOG2E;
+    const int NG = D / gs;
+
+    // ---- the split's token range, every page-table value checked before use (as decode_stage1)
+    const int p0 = kv_indptr[b], p1 = kv_indptr[b + 1];
+    const int last = kv_last_page_len[b];
+    bool poisoned = p0 < 0 || p1 < p0 || p1 > nnz;
+    const int npages = poisoned ? 0 : p1 - p0;
+    poisoned = poisoned || (npages > 0 && (last < 1 || last > ps));
+    const i64 S = npages == 0 ? 0 : ((i64)(npages - 1) << page_shift) + last;
+    const int pps = (npages + num_splits - 1) / num_splits;
+    const int pa = min(s * pps, npages), pb = min(pa + pps, npages);
+    const i64 ta = (i64)pa << page_shift;
+    const i64 tb = poisoned ? ta : min((i64)pb << page_shift, S);
+
+    // ---- per query head: the query, Tier-B group coefficients, Tier-A band norms
+    for (int idx = tid; idx < G * D; idx += V2_THREADS)
+        q_s[idx / D][idx % D] = q[((i64)b * Hq + h * G + idx / D) * D + idx % D];
+    for (int c = tid; c < D; c += V2_THREADS) oidx[c] = -1;
+    __syncthreads();
+    for (int j = tid; j < NP2; j += V2_THREADS) oidx[bypass_ch[h * NP2 + j]] = (short)j;
+    __syncthreads();
+    const float log_term = log_budget + logf((float)max(S, (i64)1));
+    if (tier & 2) {
+        for (int idx = tid; idx < G * NG; idx += V2_THREADS) {
+            const int g = idx / NG, ch0 = (idx % NG) * gs;
+            float q2 = 0.0f, q1 = 0.0f;
+            for (int i = 0; i < gs; ++i)
+                if (oidx[ch0 + i] < 0) {
+                    q2 += q_s[g][ch0 + i] * q_s[g][ch0 + i];
+                    q1 += fabsf(q_s[g][ch0 + i]);
+                }
+            bq2[g][idx % NG] = 2.0f * (sm * sm / 12.0f) * q2 * log_term;
+            bq1[g][idx % NG] = sm * q1 * beta_steps;
+        }
+    }
+    if (tier & 1) {
+        const int per = D / NB;
+        for (int idx = tid; idx < G * NB; idx += V2_THREADS) {
+            const int g = idx / NB, bb = idx % NB;
+            float acc = 0.0f;
+            for (int j = 0; j < per; ++j) {
+                const float v = q_s[g][band_ch[bb * per + j]];
+                acc += v * v;
+            }
+            a_band[g][bb] = sm * sqrtf(acc);
+        }
+    }
+    // this thread's share of phase A: token row `at`, one side, 64 channels from c0
+    const int at = tid >> 2, side = (tid >> 1) & 1, c0 = (tid & 1) * 64;
+    bool byp = false;
+    for (int i = 0; i < 64; ++i) byp |= oidx[c0 + i] >= 0;
+    __syncthreads();
+
+    const i64 row_base = (((i64)layer * 2 + side) * H + h) * N;
+    const u32 ctr2 = dither_ctr2(layer, h + head_base);
+    float acc[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) acc[g] = 0.0f;
+    // head statistics, held by the head's warp (identical in its lanes); m2 == +inf is sticky
+    float m[NH], l[NH], m2[NH], l2[NH], cmx[NH];
+#pragma unroll
+    for (int j = 0; j < NH; ++j) {
+        m[j] = -INFINITY;
+        l[j] = 0.0f;
+        m2[j] = -INFINITY;
+        l2[j] = 0.0f;
+        cmx[j] = 0.0f;
+    }
+
+    for (i64 t0 = ta; t0 < tb; t0 += V2_TILE) {
+        // ---- A: dequantize 64 channels of one (token, side) into the shared tile
+        const i64 tok = t0 + at;
+        bool valid = tok < tb;
+        i64 slot = 0;
+        if (valid) {
+            const int page = kv_indices[p0 + (int)(tok >> page_shift)];
+            if (page < 0 || page >= num_pages) {
+                poisoned = true;
+                valid = false;
+            } else {
+                slot = ((i64)page << page_shift) + (tok & (ps - 1));
+            }
+        }
+        float* dst = side == 0 ? &Ks[at][c0] : &Vs[at][c0];
+        if (valid) {
+            const i64 row = row_base + slot;
+            int4 raw[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) raw[k] = reinterpret_cast<const int4*>(codes + row * D + c0)[k];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                // one 8-bit Philox call feeds the 16 channels of chunk (c0 + 16k) / 16 (SPEC §2)
+                const u32x4 w = philox10((u32)slot, dither_ctr1(side, (c0 >> 4) + k), ctr2, 0u, k0, k1);
+                const float sb = f16_to_f32(scales[row * NG + (c0 + 16 * k) / gs]);
+                const i8* cb = reinterpret_cast<const i8*>(&raw[k]);
+                float x[16];
+#pragma unroll
+                for (int j = 0; j < 16; ++j) {
+                    const u32 wd = j < 4 ? w.x : (j < 8 ? w.y : (j < 12 ? w.z : w.w));
+                    const float xi = (float)(2 * (int)((wd >> (8 * (j & 3))) & 0xFFu) - 255) * 0x1p-9f;
+                    x[j] = __fmul_rn(sb, __fsub_rn((float)cb[j], xi));
+                }
+                if (byp) {
+#pragma unroll
+                    for (int j = 0; j < 16; ++j) {
+                        const int o = oidx[c0 + 16 * k + j];
+                        if (o >= 0) x[j] = f16_to_f32(outl[row * NP2 + o]);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < 16; j += 4)
+                    *reinterpret_cast<float4*>(dst + 16 * k + j) = make_float4(x[j], x[j + 1], x[j + 2], x[j + 3]);
+            }
+            if (side == 0) {  // K's scales and witness, for the certificate
+                if (tier & 2)
+                    for (int gr = 0; gr < NG; ++gr)
+                        if (gr * gs >= c0 && gr * gs < c0 + 64) sck[at][gr] = f16_to_f32(scales[row * NG + gr]);
+                if ((tier & 1) && c0 == 0)
+                    for (int bb = 0; bb < NB; ++bb) wit_s[at][bb] = wit[row * NB + bb];
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 64; j += 4) *reinterpret_cast<float4*>(dst + j) = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        if (side == 0 && c0 == 0) valid_s[at] = valid;
+        __syncthreads();
+
+        // ---- B: lane = token, warp = head: logits, c_t, and the tile's softmax / λ updates
+#pragma unroll
+        for (int j = 0; j < NH; ++j) {
+            const int g = warp + 4 * j;
+            if (g < G) {  // warp-uniform
+            const bool v = valid_s[lane] != 0;
+            const float4* kr = reinterpret_cast<const float4*>(&Ks[lane][0]);
+            const float4* qr = reinterpret_cast<const float4*>(&q_s[g][0]);
+            float dot = 0.0f;
+#pragma unroll 8
+            for (int c = 0; c < D / 4; ++c) {
+                const float4 kk = kr[c], qq = qr[c];
+                dot += qq.x * kk.x;
+                dot += qq.y * kk.y;
+                dot += qq.z * kk.z;
+                dot += qq.w * kk.w;
+            }
+            const float lt = sm2 * dot;  // ℓ̃ in log2 units
+            if (v && !is_finite32(lt)) poisoned = true;
+            float c = INFINITY;
+            if (tier & 1) {
+                float ca = 0.0f;
+                for (int bb = 0; bb < NB; ++bb) ca += a_band[g][bb] * f16_to_f32(wit_s[lane][bb]);
+                const float c1 = ca * (float)WC_C_EVAL_SLACK;
+                c = c1 <= WC_F32_MAX ? c1 : INFINITY;
+            }
+            if (tier & 2) {
+                float u2 = 0.0f, be = 0.0f;
+                for (int gr = 0; gr < NG; ++gr) {
+                    const float sg = sck[lane][gr];
+                    u2 += sg * sg * bq2[g][gr];
+                    be += sg * bq1[g][gr];
+                }
+                float c2 = (sqrtf(u2) + be) * (float)WC_C_EVAL_SLACK;
+                c2 = c2 <= WC_F32_MAX ? c2 : INFINITY;
+                c = fminf(c, c2);
+            }
+            const float mx = v2_warp_max(v ? lt : -INFINITY);
+            const float mn = fmaxf(m[j], mx);
+            float sc = 1.0f, p = 0.0f;
+            if (mn != -INFINITY) {  // else no valid token yet: nothing to rescale or add
+                sc = exp2f(m[j] - mn);
+                p = v ? exp2f(lt - mn) : 0.0f;
+            }
+            l[j] = l[j] * sc + v2_warp_sum(p);
+            m[j] = mn;
+            P[g][lane] = p;
+            if (lane == 0) st[g][5] = sc;
+            if (tier) {
+                cmx[j] = fmaxf(cmx[j], v2_warp_max(v ? c : 0.0f));
+                if (__any_sync(0xffffffffu, v && c == INFINITY)) m2[j] = INFINITY;
+                if (m2[j] != INFINITY) {
+                    const float x = v ? lt + c * V2_LOG2E : -INFINITY;
+                    const float mx2 = v2_warp_max(x);
+                    if (mx2 != -INFINITY) {
+                        const float mn2 = fmaxf(m2[j], mx2);
+                        const float e = v2_warp_sum(v ? exp2f(x - mn2) : 0.0f);
+                        l2[j] = l2[j] * exp2f(m2[j] - mn2) + e;
+                        m2[j] = mn2;
+                    }
+                }
+            }
+            }
+        }
+        __syncthreads();
+
+        // ---- C: channel `tid` of every head's output
+#pragma unroll
+        for (int g = 0; g < G; ++g) acc[g] *= st[g][5];
+#pragma unroll 2
+        for (int t = 0; t < V2_TILE; t += 4) {
+            const float v0 = Vs[t][tid], v1 = Vs[t + 1][tid], v2 = Vs[t + 2][tid], v3 = Vs[t + 3][tid];
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                const float4 pp = *reinterpret_cast<const float4*>(&P[g][t]);
+                acc[g] += pp.x * v0;
+                acc[g] += pp.y * v1;
+                acc[g] += pp.z * v2;
+                acc[g] += pp.w * v3;
+            }
+        }
+        __syncthreads();
+    }
+
+    // ---- outputs: the heads' statistics through shared memory, then o, lse, λ, cmax
+#pragma unroll
+    for (int j = 0; j < NH; ++j) {
+        const int g = warp + 4 * j;
+        if (g < G && lane == 0) {
+            st[g][0] = m[j];
+            st[g][1] = l[j];
+            st[g][2] = m2[j];
+            st[g][3] = l2[j];
+            st[g][4] = cmx[j];
+        }
+    }
+    poisoned = __syncthreads_or(poisoned);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const i64 o = ((i64)b * Hq + h * G + g) * num_splits + s;
+        const float L = st[g][1];
+        o_part[o * D + tid] = poisoned ? NAN : (L == 0.0f ? 0.0f : acc[g] / L);
+    }
+    if (tid < G) {
+        const int g = tid;
+        const i64 o = ((i64)b * Hq + h * G + g) * num_splits + s;
+        const float M = st[g][0], L = st[g][1], M2 = st[g][2], L2 = st[g][3];
+        if (poisoned) {
+            lse_part[o] = NAN;
+            lam_part[o] = INFINITY;
+            cmax_part[o] = INFINITY;
+        } else if (L == 0.0f) {
+            lse_part[o] = -INFINITY;
+            lam_part[o] = -INFINITY;
+            cmax_part[o] = 0.0f;
+        } else {
+            // back to natural-log units: the maxima were kept in log2 units
+            lse_part[o] = M * V2_LN2 + logf(L);
+            lam_part[o] = M2 == INFINITY ? INFINITY : (L2 > 0.0f ? M2 * V2_LN2 + logf(L2) : -INFINITY);
+            cmax_part[o] = st[g][4];
+        }
+    }
+}
+
+// An explicit instantiation (the offline compile checks in tests/test_cuda_compile.py).
+#define WC_V2_INST(G)                                                                                       \
+    template __global__ void decode_stage1_v2<G>(const float*, const i8*, const u16*, const u16*, const u16*, \
+                                                 const int*, const int*, const int*, const int*, const int*,  \
+                                                 float*, float*, float*, float*, i64, int, int, int, int, int, \
+                                                 int, int, int, int, int, int, u32, u32, float, float, float);
+#ifdef WITCERT_INSTANTIATE_ALL
+WC_V2_INST(1)
+WC_V2_INST(2)
+WC_V2_INST(3)
+WC_V2_INST(4)
+WC_V2_INST(5)
+WC_V2_INST(6)
+WC_V2_INST(7)
+WC_V2_INST(8)
+#endif
