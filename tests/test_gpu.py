@@ -372,6 +372,7 @@ def test_staged_tile_kernel_agrees_with_the_general_one(G, page):
     ip, ix, ll = on_device(pg, tg)
     cert = wc.CertConfig(tier="AB", num_layers=2, steps=4)
     pt = page_table(pc, tc)
+    rc = _decode(pc, tc, q.get(), cert=cert, num_splits=3)  # the float32 CPU oracle
     for ns in (1, 7):
         res = {}
         for k in ("v1", "v2"):
@@ -379,16 +380,18 @@ def test_staged_tile_kernel_agrees_with_the_general_one(G, page):
             assert plan.kernel_name == k
             plan.launch()
             res[k] = plan.result()
-        for name in ("o", "lse", "log_a", "cmax"):
-            a, b = res["v1"].__dict__[name].get(), res["v2"].__dict__[name].get()
-            assert np.array_equal(np.isfinite(a), np.isfinite(b)), name
-            fin = np.isfinite(a)
-            np.testing.assert_allclose(b[fin], a[fin], rtol=2e-5, atol=2e-6, err_msg=name)
         for bq, n in enumerate(lengths):
             if n == 0:
                 assert np.all(res["v2"].o[bq].get() == 0) and np.all(np.isneginf(res["v2"].lse[bq].get()))
                 continue
             rows = reference.request_rows(pc, 0, pt, bq)
+            o64, lse64 = reference.attention(q[bq].get(), rows["k_hat"], rows["v_hat"])
+            for k in ("v1", "v2"):  # each kernel by the SPEC §9 rule (sum orders differ between them)
+                r = res[k]
+                for got, cpu, ref, atol in ((r.o[bq].get(), rc.o[bq], o64, 1e-6 * np.abs(o64).max()),
+                                            (r.lse[bq].get(), rc.lse[bq], lse64, 1e-6)):
+                    assert np.all(np.abs(got - ref) <= 2 * np.abs(cpu - ref) + atol + 4e-6 * np.abs(ref)), (k, bq)
+                np.testing.assert_allclose(r.cmax[bq].get(), rc.cmax[bq], rtol=3e-6)
             tv = reference.true_tv(q[bq].get(), rows["k_exact"], rows["k_hat"])
             assert np.all(tv <= res["v2"].tv_bound[bq].get())
     # a page id outside the pool poisons only its request, in both kernels
