@@ -82,13 +82,15 @@ class CapturedStep:
     """
 
     def __init__(self, fn, *, pools=()):
-        import cupy as cp
-
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        pools = list(pools)
         for p in pools:
             if not isinstance(p, PagedPool) or p.backend != "cuda":
-                raise TypeError("pools must be GPU KVPool/Fp16Pool/SchemePool objects")
+                raise TypeError("pools must be GPU KVPool/Fp16Pool/SchemePool objects (CUDA graphs are GPU-only)")
+        import cupy as cp
+
+        for p in pools:
             warm_kernels(p)
         cp.cuda.Device().synchronize()  # no eager work (telemetry streams included) still in flight
         self.stream = cp.cuda.Stream(non_blocking=True)
