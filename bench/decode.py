@@ -30,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import witcert_cupy as wc  # noqa: E402
+from witcert_cupy.telemetry import join_forks  # noqa: E402
 
 D = 128
 PAGE = 16
@@ -49,6 +50,7 @@ def time_cupy(launches, reps):
         s.begin_capture()
         for f in launches:
             f()
+        join_forks(s)  # telemetry forked off the capture stream (if any) comes back before it ends
         g = s.end_capture()
         g.launch(s)
         s.synchronize()

@@ -6,7 +6,7 @@ gate's page-in traffic against a whole-head fallback, on one GPU (or the CPU for
 Telemetry: B = 8, (Hq, Hkv) = (32, 8), d = 128, page 16, contexts 4096 and 32768, certified INT8
 (8-bit dither, tier B).  The same decode plan is timed with and without the telemetry kernel, side
 by side in one process, (a) eagerly (N launches between two events) and (b) as one CUDA graph of N
-launches replayed; median over repetitions.  The pool holds several disjoint copies of the batch
+launches replayed (bench/decode.py's `time_cupy`); median over repetitions.  The pool holds several disjoint copies of the batch
 (more than the L2) and the launches rotate through them.
 
 Gate: a context with a few massive-activation kv heads (a handful of sink tokens with a huge key
@@ -31,7 +31,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import witcert_cupy as wc  # noqa: E402
 from witcert_cupy.reference import to_host  # noqa: E402
-from witcert_cupy.telemetry import join_forks  # noqa: E402
 
 D, PAGE = 128, 16
 
@@ -52,31 +51,9 @@ def _time_events(fn, reps, n):
     return statistics.median(ts)
 
 
-def _time_graph(launches, reps):
-    import cupy as cp
-
-    s = cp.cuda.Stream(non_blocking=True)
-    with s:
-        s.begin_capture()
-        for f in launches:
-            f()
-        join_forks(s)
-        g = s.end_capture()
-        g.launch(s)
-        s.synchronize()
-        ts = []
-        for _ in range(reps):
-            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-            e0.record(s)
-            g.launch(s)
-            e1.record(s)
-            e1.synchronize()
-            ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3 / len(launches))
-    return statistics.median(ts)
-
-
 def bench_telemetry(rows, reps):
     import cupy as cp
+    from decode import time_cupy  # bench/decode.py's graph timing (imports CuPy: GPU part only)
 
     B, hq, hkv = 8, 32, 8
     l2 = int(cp.cuda.runtime.getDeviceProperties(0)["l2CacheSize"])
@@ -109,7 +86,7 @@ def bench_telemetry(rows, reps):
                 it = iter(range(10 ** 9))
                 ps = plans[on]
                 eager = _time_events(lambda: ps[next(it) % rot].launch(), reps, 4 * rot)
-                graph = _time_graph([p.launch for p in ps] * 4, reps)
+                graph, _ = time_cupy([p.launch for p in ps] * 4, reps)
                 res.setdefault((on, "eager"), []).append(eager)
                 res.setdefault((on, "graph"), []).append(graph)
         for mode in ("eager", "graph"):

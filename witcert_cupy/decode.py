@@ -176,14 +176,9 @@ def decode_attention(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len,
     if page_contrib and cert is None:
         raise ValueError("page_contrib needs a certificate (cert=CertConfig(...))")
     if telemetry is not None:
-        from .telemetry import Telemetry
+        from .telemetry import check_telemetry
 
-        if not isinstance(telemetry, Telemetry):
-            raise TypeError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
-        if cert is None:
-            raise ValueError("telemetry needs a certificate (cert=CertConfig(...))")
-        if (telemetry.xp is np) != (be == "cpu"):
-            raise TypeError(f"telemetry counters must live on the pool's device ({be})")
+        check_telemetry(telemetry, cert, be)
     if be == "cuda":  # telemetry is launched with the step (graph-capturable)
         return _decode(q, pool, be, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits,
                        page_contrib, telemetry)

@@ -35,7 +35,7 @@ def decode_plan(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, sm_s
     when the plan is made.
     """
     from .decode import _check_common
-    from .telemetry import Telemetry
+    from .telemetry import check_telemetry
 
     if not isinstance(pool, PagedPool):
         raise TypeError(f"pool must be a KVPool, Fp16Pool or SchemePool, got {type(pool).__name__}")
@@ -44,12 +44,7 @@ def decode_plan(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, sm_s
     if backend_of(q=q, kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len) != "cuda":
         raise TypeError("q and the page table must be CUDA arrays for a GPU pool")
     if telemetry is not None:
-        if not isinstance(telemetry, Telemetry):
-            raise TypeError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
-        if cert is None:
-            raise ValueError("telemetry needs a certificate (cert=CertConfig(...))")
-        if telemetry.xp.__name__ != "cupy":
-            raise TypeError("telemetry counters must live on the GPU (Telemetry(..., backend='cuda'))")
+        check_telemetry(telemetry, cert, "cuda")
     qd = to_cupy(q)
     layer, sm_scale, num_splits = _check_common(qd, pool, layer, sm_scale, cert, num_splits)
     return pool._dev.plan(qd, layer, to_cupy(kv_indptr), to_cupy(kv_indices), to_cupy(kv_last_page_len),

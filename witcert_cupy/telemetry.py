@@ -13,6 +13,16 @@ import numpy as np
 from .config import _float_arg, _int_arg
 
 
+def check_telemetry(telemetry, cert, backend):
+    """The checks every decode entry point makes on its ``telemetry`` argument."""
+    if not isinstance(telemetry, Telemetry):
+        raise TypeError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
+    if cert is None:
+        raise ValueError("telemetry needs a certificate (cert=CertConfig(...))")
+    if (telemetry.xp is np) != (backend == "cpu"):
+        raise TypeError(f"telemetry counters must live on the pool's device ({backend})")
+
+
 class Telemetry:
     """Certificate telemetry of a model: pass it as ``decode_attention(..., telemetry=t)``.
 
