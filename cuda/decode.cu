@@ -27,7 +27,6 @@
 // decode_certify: SPEC §5 risk and TV bound per cell into preallocated float64 outputs.
 #include "common.cuh"
 #include "philox.cuh"
-#include "certificate.cuh"
 
 #define DEC_THREADS 128
 #define DEC_WARPS (DEC_THREADS / 32)
@@ -622,7 +621,24 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
     }
 }
 
-// decode_certify: grid ceil(n / 256), block 256: SPEC §5 per cell (certificate.cuh) into
+// SPEC §5 per (request, query head) cell, the twin of witcert_cupy/certificate.py (risk_from_log_a,
+// tv_bound).
+// R = expm1(2 (log A + res)) / 2, res = LOG_A_RESOLUTION_ULPS ulp(max(1, |lse|)) for finite lse
+// (the resolution of the fp32 difference log A = LSE(λ) − lse), NaN -> +inf;
+// TV bound = min(1, R, tanh(cmax / 2)), NaN cmax -> 1.
+WC_D void certify_cell(float log_a, float lse, float cmax, double& risk, double& tv) {
+    const double l = (double)lse;
+    double la = (double)log_a;
+    if (fabs(l) <= WC_F64_MAX) la += WC_LOG_A_RESOLUTION_ULPS * 0x1p-24 * fmax(1.0, fabs(l));
+    double r = expm1(2.0 * la) / 2.0;
+    if (r != r) r = INFINITY;
+    const double cm = (double)cmax;
+    const double t = cm != cm ? 1.0 : tanh(cm / 2.0);
+    risk = r;
+    tv = fmin(fmin(1.0, r), t);
+}
+
+// decode_certify: grid ceil(n / 256), block 256: SPEC §5 per cell (certify_cell) into
 // preallocated float64 risk and tv_bound [n], so a decode step stays capturable in a CUDA graph.
 extern "C" __global__ void decode_certify(const float* __restrict__ log_a, const float* __restrict__ lse,
                                           const float* __restrict__ cmax, int n, double* __restrict__ risk,

@@ -1,10 +1,9 @@
 // telemetry.cu — device aggregates of the certificate (SPEC §8), twin of witcert_cupy/telemetry.py.
 //
 // telemetry_record: grid 1, block 256.  Adds one decode call's risks R [B, Hq] (float64) of layer
-// `layer` to the counters.  With log_a != null it first certifies the cells itself (SPEC §5,
-// certificate.cuh: log_a, lse, cmax -> risk, tv_bound) in place of decode_certify, so a decode
-// step with telemetry on launches no extra kernel.  A single CTA with a fixed reduction order makes the aggregates
-// deterministic (bit-identical between eager runs and CUDA-graph replays) and needs no atomics;
+// `layer` to the counters; a decode step launches it on the Telemetry's own stream, after
+// decode_certify has written the risks.  A single CTA with a fixed reduction order makes the
+// aggregates deterministic (bit-identical between eager runs and CUDA-graph replays) and needs no atomics;
 // a call covers B·Hq cells (a few thousand at most), so one CTA is not the bottleneck: its cost is
 // the chain of dependent memory round trips, so the risks stay in shared memory (up to TEL_SMEM
 // cells), the step and counters are loaded early, and the sums reduce by shuffles.
@@ -13,15 +12,14 @@
 // Counters (all device arrays): step (int64 [2]: index, index mod sample_every), cells, covered,
 // overflow, kv_cells, kv_covered (int64 [1]);
 // sum_r, max_r (float64 [1], over finite R); head_max (float64 [L, Hq]); head_exceed (int64 [L, Hq]).
-#include "certificate.cuh"
+#include "common.cuh"
 
 #define TEL_THREADS 256
 #define TEL_WARPS (TEL_THREADS / 32)
 #define TEL_SMEM 2048  // cells kept in shared memory (16 KB); larger calls read R back from global
 
 extern "C" __global__ void __launch_bounds__(TEL_THREADS) telemetry_record(
-    const float* __restrict__ log_a, const float* __restrict__ lse, const float* __restrict__ cmax,
-    double* __restrict__ tv_bound, double* risk, int B, int Hq, int G, int layer, double tau, long long sample_every,
+    const double* __restrict__ risk, int B, int Hq, int G, int layer, double tau, long long sample_every,
     long long* step, long long* cells, long long* covered, long long* overflow, double* sum_r, double* max_r,
     double* head_max, long long* head_exceed, long long* kv_cells, long long* kv_covered) {
     __shared__ double r_s[TEL_SMEM];
@@ -32,22 +30,12 @@ extern "C" __global__ void __launch_bounds__(TEL_THREADS) telemetry_record(
     const long long n = (long long)B * Hq;
     const bool in_smem = n <= TEL_SMEM;
     long long st0 = 0, st1 = 0;
-    if (tid == 0) {  // issued before the certify loads, so the round trips overlap
+    if (tid == 0) {  // issued before the risk loads, so the round trips overlap
         st0 = step[0];
         st1 = step[1];
     }
-    for (long long i = tid; i < n; i += TEL_THREADS) {
-        double r;
-        if (log_a != nullptr) {
-            double t;
-            certify_cell(log_a[i], lse[i], cmax[i], r, t);
-            risk[i] = r;
-            tv_bound[i] = t;
-        } else {
-            r = risk[i];
-        }
-        if (in_smem) r_s[i] = r;
-    }
+    if (in_smem)
+        for (long long i = tid; i < n; i += TEL_THREADS) r_s[i] = risk[i];
     // step[1] is step mod sample_every, kept alongside so the predicate needs no 64-bit division
     if (tid == 0) {
         if (layer == 0) {

@@ -427,28 +427,8 @@ class DecodePlan:
         self.cmax = cp.empty((B, Hq), cp.float32)
         data, scales, outl, wit, bypass, (gs, k0, k1, bits, beta) = dev.store(layer)
         G = Hq // p.num_kv_heads
-        fp16 = "true" if dev.fp16_store else "false"
-        self.stage1 = kernel("decode.cu", None, f"decode_stage1<{d}, {G}, {fp16}, {unroll}>")
-        self.merge = kernel("decode.cu", "decode_merge")
         logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
-        null = np.uint64(0)
-        if p.tier_map_dev is not None:  # the exact tier of this layer (SPEC §7)
-            tier = (p.tier_map_dev[layer], p.tier_k.view(cp.uint16), p.tier_v.view(cp.uint16))
-            tier_dims = (_i32(p.num_pages + 1), _i32(p.exact_tier_pages))
-        else:
-            tier, tier_dims = (null, null, null), (_i32(0), _i32(0))
         P = max(0, int(max_pages))
-        self.page_lse = cp.full((B, Hq, max(P, 1)), -cp.inf, cp.float32)
-        self.page_lam = cp.full((B, Hq, max(P, 1)), -cp.inf, cp.float32)
-        self.grid1 = (ns, p.num_kv_heads, B)
-        self.args1 = (self.q, data, scales, outl, wit, bypass, dev.band_ch, self.ip, self.ix, self.ll,
-                      self.o_part, self.lse_part, self.lam_part, self.cmax_part, *tier, self.page_lse,
-                      self.page_lam, np.int64(p.num_slots), _i32(B), _i32(p.num_kv_heads), _i32(layer), _i32(gs),
-                      _i32(bypass.shape[-1]), _i32(dev.num_bands), _i32(int(math.log2(p.page_size))),
-                      _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)),
-                      _i32(bits), *tier_dims, _i32(P > 0), _i32(P), _i32(p.kv_head_offset), np.uint32(k0),
-                      np.uint32(k1),
-                      np.float32(sm_scale), np.float32(logb), np.float32(beta))
         # the staged-tile kernel serves the common case: INT8, d = 128, 8-bit dither, no exact tier,
         # no per-page output, default unroll (decode_v2.cu); decode_stage1 serves everything
         v2_ok = (not dev.fp16_store and d == 128 and bits == 8 and p.tier_map_dev is None and P == 0
@@ -459,14 +439,33 @@ class DecodePlan:
             raise ValueError("decode_stage1_v2 serves INT8 pools with d=128, 8-bit dither, no exact tier and no "
                              "page contributions")
         self.kernel_name = "v2" if v2_ok and stage1 != "v1" else "v1"
+        self.grid1 = (ns, p.num_kv_heads, B)
+        common = (self.q, data, scales, outl, wit, bypass, dev.band_ch, self.ip, self.ix, self.ll, self.o_part,
+                  self.lse_part, self.lam_part, self.cmax_part)
         if self.kernel_name == "v2":
             self.stage1 = kernel("decode_v2.cu", None, f"decode_stage1_v2<{G}>")
-            self.args1 = (self.q, data, scales, outl, wit, bypass, dev.band_ch, self.ip, self.ix, self.ll,
-                          self.o_part, self.lse_part, self.lam_part, self.cmax_part, np.int64(p.num_slots),
-                          _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset), _i32(gs), _i32(bypass.shape[-1]),
-                          _i32(dev.num_bands), _i32(int(math.log2(p.page_size))), _i32(p.num_pages),
-                          _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)), np.uint32(k0),
-                          np.uint32(k1), np.float32(sm_scale), np.float32(logb), np.float32(beta))
+            self.args1 = (*common, np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset),
+                          _i32(gs), _i32(bypass.shape[-1]), _i32(dev.num_bands), _i32(int(math.log2(p.page_size))),
+                          _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)),
+                          np.uint32(k0), np.uint32(k1), np.float32(sm_scale), np.float32(logb), np.float32(beta))
+        else:
+            fp16 = "true" if dev.fp16_store else "false"
+            self.stage1 = kernel("decode.cu", None, f"decode_stage1<{d}, {G}, {fp16}, {unroll}>")
+            null = np.uint64(0)
+            if p.tier_map_dev is not None:  # the exact tier of this layer (SPEC §7)
+                tier = (p.tier_map_dev[layer], p.tier_k.view(cp.uint16), p.tier_v.view(cp.uint16))
+                tier_dims = (_i32(p.num_pages + 1), _i32(p.exact_tier_pages))
+            else:
+                tier, tier_dims = (null, null, null), (_i32(0), _i32(0))
+            self.page_lse = cp.full((B, Hq, max(P, 1)), -cp.inf, cp.float32)
+            self.page_lam = cp.full((B, Hq, max(P, 1)), -cp.inf, cp.float32)
+            self.args1 = (*common, *tier, self.page_lse, self.page_lam, np.int64(p.num_slots), _i32(B),
+                          _i32(p.num_kv_heads), _i32(layer), _i32(gs), _i32(bypass.shape[-1]), _i32(dev.num_bands),
+                          _i32(int(math.log2(p.page_size))), _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns),
+                          _i32(cert_mod.tier_code(cert)), _i32(bits), *tier_dims, _i32(P > 0), _i32(P),
+                          _i32(p.kv_head_offset), np.uint32(k0), np.uint32(k1), np.float32(sm_scale),
+                          np.float32(logb), np.float32(beta))
+        self.merge = kernel("decode.cu", "decode_merge")
         self.args2 = (self.o_part, self.lse_part, self.lam_part, self.cmax_part, _i32(ns), _i32(d), self.o,
                       self.lse, self.log_a, self.cmax)
         self.risk = cp.empty((B, Hq), cp.float64)

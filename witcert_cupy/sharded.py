@@ -194,11 +194,10 @@ def reduce_telemetry(tels, offsets, num_q_heads_total, allreduce=None):
     all-reduce; without it, the listed ranks are summed here (a simulated run)."""
     if not tels:
         raise ValueError("tels must list at least one Telemetry")
+    if len({t.xp.__name__ for t in tels}) != 1:
+        raise ValueError("tels must all keep their counters on one backend")
     L, tau = tels[0].num_layers, tels[0].tau
-    vecs = [pack_telemetry(t, o, num_q_heads_total) for t, o in zip(tels, offsets)]
-    total = vecs[0]
-    for v in vecs[1:]:
-        total = total + (v if type(v) is type(total) else v.get())
+    total = sum(pack_telemetry(t, o, num_q_heads_total) for t, o in zip(tels, offsets))
     if allreduce is not None:
         allreduce(total)
     steps = int((tels[0].step.get() if hasattr(tels[0].step, "get") else tels[0].step)[0]) + 1

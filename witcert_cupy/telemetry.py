@@ -96,21 +96,18 @@ class Telemetry:
         self.kv_cells += w * kv_ok.size
         self.kv_covered += w * kv_ok.sum()
 
-    def _record_device(self, layer, risk, num_kv_heads, certify=None):
+    def _record_device(self, layer, risk, num_kv_heads):
         """The GPU twin of :meth:`record`: one single-CTA kernel (``cuda/telemetry.cu``), no
         allocation and no host read, so it runs inside captured CUDA graphs.  ``risk`` is a
-        contiguous float64 ``[B, Hq]`` CuPy array; with ``certify = (log_a, lse, cmax, tv_bound)``
-        the kernel first fills ``risk`` and ``tv_bound`` from the decode outputs (SPEC §5)."""
+        contiguous float64 ``[B, Hq]`` CuPy array."""
         from ._cuda import kernel
 
         B, Hq = risk.shape
         if B == 0:
             return
-        null = np.uint64(0)
-        cert_args = certify if certify is not None else (null, null, null, null)
         kernel("telemetry.cu", "telemetry_record")(
             (1,), (256,),
-            (*cert_args, risk, np.int32(B), np.int32(Hq), np.int32(Hq // num_kv_heads), np.int32(layer), np.float64(self.tau),
+            (risk, np.int32(B), np.int32(Hq), np.int32(Hq // num_kv_heads), np.int32(layer), np.float64(self.tau),
              np.int64(self.sample_every), self.step, self.cells, self.covered, self.overflow, self.sum_r,
              self.max_r, self.head_max, self.head_exceed, self.kv_cells, self.kv_covered))
 
