@@ -102,3 +102,45 @@ WC_D float square_up(float e) {
     return s < WC_F32_MIN_NORMAL ? WC_F32_MIN_NORMAL : next_up(s);
 }
 #endif  // __CUDA_ARCH__
+
+#ifdef __CUDA_ARCH__
+// A request's pages, every page-table value checked before use: an inconsistent kv_indptr or a last
+// page length outside 1..page_size poisons the request (NaN output, infinite certificate) instead
+// of reading out of bounds.  Page ids are checked where they are read.
+struct RequestPages {
+    int p0;         // its first entry in kv_indices
+    int npages;
+    i64 S;          // tokens
+    bool poisoned;
+};
+
+WC_D RequestPages request_pages(const int* kv_indptr, const int* kv_last_page_len, int b, int nnz, int page_shift) {
+    RequestPages r;
+    r.p0 = kv_indptr[b];
+    const int p1 = kv_indptr[b + 1], last = kv_last_page_len[b];
+    r.poisoned = r.p0 < 0 || p1 < r.p0 || p1 > nnz;
+    r.npages = r.poisoned ? 0 : p1 - r.p0;
+    r.poisoned = r.poisoned || (r.npages > 0 && (last < 1 || last > (1 << page_shift)));
+    r.S = r.npages == 0 ? 0 : ((i64)(r.npages - 1) << page_shift) + last;
+    return r;
+}
+
+// Stage-1 split statistics of one (row, split) (SPEC §6): a poisoned split carries NaN lse and an
+// infinite certificate, an empty one −inf and weight 0; otherwise the given natural-log values.
+WC_D void store_split_stats(i64 o, bool poisoned, float L, float lse, float lam, float cmax, float* lse_part,
+                            float* lam_part, float* cmax_part) {
+    if (poisoned) {
+        lse_part[o] = NAN;
+        lam_part[o] = INFINITY;
+        cmax_part[o] = INFINITY;
+    } else if (L == 0.0f) {
+        lse_part[o] = -INFINITY;
+        lam_part[o] = -INFINITY;
+        cmax_part[o] = 0.0f;
+    } else {
+        lse_part[o] = lse;
+        lam_part[o] = lam;
+        cmax_part[o] = cmax;
+    }
+}
+#endif  // __CUDA_ARCH__

@@ -545,20 +545,10 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
         if (c < D) {
             a.o_part[o * D + c] = poisoned ? NAN : (L == 0.0f ? 0.0f : A / L);
         } else {
-            if (poisoned) {
-                a.lse_part[o] = NAN;
-                a.lam_part[o] = INFINITY;
-                a.cmax_part[o] = INFINITY;
-            } else if (L == 0.0f) {
-                a.lse_part[o] = -INFINITY;
-                a.lam_part[o] = -INFINITY;
-                a.cmax_part[o] = 0.0f;
-            } else {
-                // back to natural-log units: the maxima were kept in log2 units
-                a.lse_part[o] = M * LN2 + logf(L);
-                a.lam_part[o] = linf ? INFINITY : (L2 > 0.0f ? M2 * LN2 + logf(L2) : -INFINITY);
-                a.cmax_part[o] = CM;
-            }
+            // back to natural-log units: the maxima were kept in log2 units
+            store_split_stats(o, poisoned, L, M * LN2 + logf(L),
+                              linf ? INFINITY : (L2 > 0.0f ? M2 * LN2 + logf(L2) : -INFINITY), CM, a.lse_part,
+                              a.lam_part, a.cmax_part);
         }
     }
 }

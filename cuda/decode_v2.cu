@@ -74,12 +74,10 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G)) decode_stage1_v2
     const int NG = D / gs;
 
     // ---- the split's token range, every page-table value checked before use (as decode_stage1)
-    const int p0 = kv_indptr[b], p1 = kv_indptr[b + 1];
-    const int last = kv_last_page_len[b];
-    bool poisoned = p0 < 0 || p1 < p0 || p1 > nnz;
-    const int npages = poisoned ? 0 : p1 - p0;
-    poisoned = poisoned || (npages > 0 && (last < 1 || last > ps));
-    const i64 S = npages == 0 ? 0 : ((i64)(npages - 1) << page_shift) + last;
+    const RequestPages rp = request_pages(kv_indptr, kv_last_page_len, b, nnz, page_shift);
+    const int p0 = rp.p0, npages = rp.npages;
+    const i64 S = rp.S;
+    bool poisoned = rp.poisoned;
     const int pps = (npages + num_splits - 1) / num_splits;
     const int pa = min(s * pps, npages), pb = min(pa + pps, npages);
     const i64 ta = (i64)pa << page_shift;
@@ -305,20 +303,10 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G)) decode_stage1_v2
         const int g = tid;
         const i64 o = ((i64)b * Hq + h * G + g) * num_splits + s;
         const float M = st[g][0], L = st[g][1], M2 = st[g][2], L2 = st[g][3];
-        if (poisoned) {
-            lse_part[o] = NAN;
-            lam_part[o] = INFINITY;
-            cmax_part[o] = INFINITY;
-        } else if (L == 0.0f) {
-            lse_part[o] = -INFINITY;
-            lam_part[o] = -INFINITY;
-            cmax_part[o] = 0.0f;
-        } else {
-            // back to natural-log units: the maxima were kept in log2 units
-            lse_part[o] = M * V2_LN2 + logf(L);
-            lam_part[o] = M2 == INFINITY ? INFINITY : (L2 > 0.0f ? M2 * V2_LN2 + logf(L2) : -INFINITY);
-            cmax_part[o] = st[g][4];
-        }
+        // back to natural-log units: the maxima were kept in log2 units
+        store_split_stats(o, poisoned, L, M * V2_LN2 + logf(L),
+                          M2 == INFINITY ? INFINITY : (L2 > 0.0f ? M2 * V2_LN2 + logf(L2) : -INFINITY), st[g][4],
+                          lse_part, lam_part, cmax_part);
     }
 }
 

@@ -65,6 +65,50 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
                     n_good += 1
     print(f"fuzz: {iters} iterations, {n_good} good rows finite, {n_bad} bad rows NaN/inf, "
           f"{int(pool._dev.bad_slot_writes.get()[0])} out-of-range slot rows dropped")
+    extend_fuzz(rng, iters)
+
+
+def extend_fuzz(rng, iters):
+    """The tensor-core extend kernel launched directly (no host validation) on garbage tables."""
+    from witcert_cupy._cuda_extend import ExtendPlan
+
+    pool = wc.KVPool(1, 2, 128, 40, 16, wc.QuantConfig(128), backend="cuda")
+    x = cp.asarray(rng.standard_normal((pool.num_slots, 2, 128)).astype(np.float32))
+    pool.write(0, cp.arange(pool.num_slots), x, x)
+    n_good = n_bad = 0
+    for it in range(max(1, iters // 3)):
+        B = int(rng.integers(1, 4))
+        npg = rng.integers(1, 8, B)
+        indptr = np.concatenate([[0], np.cumsum(npg)]).astype(np.int32)
+        indices = rng.integers(0, pool.num_pages, indptr[-1]).astype(np.int32)
+        last = rng.integers(1, 17, B).astype(np.int32)
+        seq = (npg - 1) * 16 + last
+        news = np.minimum(rng.integers(1, 40, B), seq)
+        bad = rng.random(B) < 0.4
+        for b in np.nonzero(bad)[0]:
+            kind = rng.integers(0, 3)
+            if kind == 0:  # on the first page, which every query position attends
+                indices[indptr[b]] = rng.choice([-7, pool.num_pages, 2**31 - 1])
+            elif kind == 1:
+                last[b] = rng.choice([0, 17, -3, 2**30])
+            else:
+                news[b] = seq[b] + int(rng.integers(1, 50))  # more new tokens than the request holds
+        qo = np.concatenate([[0], np.cumsum(news)]).astype(np.int32)
+        G = int(rng.choice([1, 4, 7]))
+        q = cp.asarray(rng.standard_normal((int(qo[-1]), 2 * G, 128)).astype(np.float32))
+        plan = ExtendPlan(pool._dev, q, 0, qo, cp.asarray(indptr), cp.asarray(indices), cp.asarray(last), True,
+                          0.088, wc.CertConfig(steps=64), int(rng.integers(1, 6)), int(npg.max()))
+        plan.launch()
+        o, risk = plan.o.get(), plan.risk.get()
+        for b in range(B):
+            rows = slice(int(qo[b]), int(qo[b + 1]))
+            if bad[b]:
+                assert np.all(np.isnan(o[rows])) and np.all(np.isinf(risk[rows])), (it, b)
+                n_bad += 1
+            else:
+                assert np.all(np.isfinite(o[rows])), (it, b)
+                n_good += 1
+    print(f"extend fuzz: {n_good} good requests finite, {n_bad} bad requests NaN/inf")
 
 
 if __name__ == "__main__":

@@ -75,3 +75,19 @@ def page_table(pool, table):
     indptr, indices, last, _ = table
     return check_page_table(indptr, indices, last, batch=len(last), num_pages=pool.num_pages,
                             page_size=pool.page_size)
+
+
+def paged_table(page_lists, lengths, page_size):
+    """CSR page table (``indptr, indices, last``, int32) of requests holding ``lengths`` tokens on
+    the pages of ``page_lists`` (each list long enough)."""
+    npg = [-(-n // page_size) for n in lengths]
+    indptr = np.concatenate([[0], np.cumsum(npg)]).astype(np.int32)
+    indices = np.concatenate([np.asarray(pl)[:k] for pl, k in zip(page_lists, npg)]).astype(np.int32)
+    last = np.array([n - (k - 1) * page_size for n, k in zip(lengths, npg)], np.int32)
+    return indptr, indices, last
+
+
+def page_slots(pages, lo, hi, page_size):
+    """Slots of sequence positions ``lo..hi-1`` of a request laid out on ``pages``."""
+    s = (np.asarray(pages)[:, None] * page_size + np.arange(page_size)).reshape(-1)
+    return s[lo:hi]

@@ -7,7 +7,7 @@ import pytest
 import witcert_cupy as wc
 from witcert_cupy import reference
 from witcert_cupy.decode import check_page_table
-from helpers import random_rows
+from helpers import page_slots, paged_table, random_rows
 
 PS, H, G, D = 16, 2, 4, 128
 
@@ -18,15 +18,11 @@ def pool_with(rng, pages_per_request):
 
 
 def table(page_lists, lengths):
-    indptr = np.concatenate([[0], np.cumsum([-(-n // PS) for n in lengths])]).astype(np.int32)
-    indices = np.concatenate([pl[: -(-n // PS)] for pl, n in zip(page_lists, lengths)]).astype(np.int32)
-    last = np.array([n - (-(-n // PS) - 1) * PS for n in lengths], np.int32)
-    return indptr, indices, last
+    return paged_table(page_lists, lengths, PS)
 
 
 def slots_of(pages, lo, hi):
-    s = (np.asarray(pages)[:, None] * PS + np.arange(PS)).reshape(-1)
-    return s[lo:hi]
+    return page_slots(pages, lo, hi, PS)
 
 
 def test_extend_matches_causal_reference_and_is_certified():

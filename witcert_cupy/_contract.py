@@ -39,6 +39,15 @@ C_EVAL_SLACK = 1.0 + 2.0 ** -10
 # (8 ulps), so a head whose quantized tokens carry negligible weight never reports a bound of 0.
 LOG_A_RESOLUTION_ULPS = 8.0
 
+# docs/certificate.md §9: the tensor-core extend kernel.  Query rows are scaled by a power of two
+# so that max|q| lies in [2^(E-1), 2^E) with E = TC_QUERY_EXPONENT, then split q ≈ qh + ql into two
+# fp16 values; codes (|k| ≤ TC_CODE_BOUND) and −ξ (|ξ| ≤ TC_XI_BOUND at 8-bit dither) are exact fp16
+# operands.  The logit error of one scale group is at most TC_CODE_BOUND·Σ|q − qh − ql| +
+# TC_XI_BOUND·Σ|q − qh|, a deterministic term added to β_t.
+TC_QUERY_EXPONENT = 15
+TC_CODE_BOUND = float(CODE_MAX)
+TC_XI_BOUND = 0.5
+
 # SPEC §2: bit layout of the Philox counter.
 SIDE_SHIFT = 31
 LAYER_SHIFT = 16

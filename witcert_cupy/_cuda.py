@@ -55,6 +55,9 @@ def defines() -> list[str]:
         f"-DWC_SIDE_SHIFT={C.SIDE_SHIFT}",
         f"-DWC_LAYER_SHIFT={C.LAYER_SHIFT}",
         f"-DWC_LOG_A_RESOLUTION_ULPS={float(C.LOG_A_RESOLUTION_ULPS)!r}",
+        f"-DWC_TC_QUERY_EXPONENT={C.TC_QUERY_EXPONENT}",
+        f"-DWC_TC_CODE_BOUND={f(C.TC_CODE_BOUND)}",
+        f"-DWC_TC_XI_BOUND={f(C.TC_XI_BOUND)}",
     ]
 
 

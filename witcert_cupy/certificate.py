@@ -81,3 +81,48 @@ def page_contributions(page_lse, page_lam, lse, xp=np):
 def a_threshold(tau: float) -> float:
     """``R ≤ τ  ⇔  A ≤ sqrt(1 + 2τ)`` (SPEC §5)."""
     return math.sqrt(1.0 + 2.0 * tau)
+
+
+def tc_query_split(q):
+    """The tensor-core extend kernel's query split (docs/certificate.md §9), twin of its row prologue.
+
+    Parameters
+    ----------
+    q : float32 array ``[..., d]``
+
+    Returns
+    -------
+    qh, ql : float16 arrays ``[..., d]``
+        ``2^shift·q ≈ qh + ql``, with ``shift`` per row so that ``max|2^shift·q|`` lies in
+        ``[2^(E−1), 2^E)``, ``E = TC_QUERY_EXPONENT``.
+    shift : int array ``[...]``
+    e1, e2 : float64 arrays ``[..., d]``
+        ``|q − qh·2^-shift|`` and ``|q − (qh + ql)·2^-shift|``, exact (the kernel forms them in fp32,
+        where both differences are exact).
+    """
+    q = np.asarray(q, np.float32)
+    amax = np.abs(q).max(axis=-1)
+    _, e = np.frexp(amax)
+    shift = (C.TC_QUERY_EXPONENT - e).astype(np.int64)
+    qs = np.ldexp(q, shift[..., None]).astype(np.float32)
+    qh = qs.astype(np.float16)
+    r1 = qs - qh.astype(np.float32)
+    ql = r1.astype(np.float16)
+    r2 = r1 - ql.astype(np.float32)
+    unscale = np.ldexp(1.0, -shift)[..., None]
+    return qh, ql, shift, np.abs(r1.astype(np.float64)) * unscale, np.abs(r2.astype(np.float64)) * unscale
+
+
+def tc_logit_term(q, k_scales, *, group_size, sm_scale):
+    """The deterministic logit term the tensor-core extend kernel adds to ``β_t``, per token.
+
+    ``sm·Σ_g s_{t,g}·(TC_CODE_BOUND·E2_g + TC_XI_BOUND·E1_g)`` with ``E1_g, E2_g`` the group sums of
+    :func:`tc_query_split`'s residuals: a bound on ``|ℓ̃_t(kernel) − sm·q·x̂_t|`` apart from fp32
+    accumulation.  ``q [Hq, d]``, ``k_scales [S, Hq, d / group_size]`` (float) → ``[Hq, S]``.
+    """
+    _, _, _, e1, e2 = tc_query_split(q)
+    d = q.shape[-1]
+    g1 = e1.reshape(*e1.shape[:-1], d // group_size, group_size).sum(-1)
+    g2 = e2.reshape(*e2.shape[:-1], d // group_size, group_size).sum(-1)
+    coef = C.TC_CODE_BOUND * g2 + C.TC_XI_BOUND * g1          # [Hq, NG]
+    return sm_scale * np.einsum("shg,hg->hs", np.asarray(k_scales, np.float64), coef)

@@ -33,6 +33,9 @@ class DecodeResult:
         ``contrib_j = e^{λ_j − lse} − e^{lse_j − lse}`` of the request's j-th page (SPEC §6):
         ``A − 1 = Σ_j contrib_j``; making page j exact removes it to first order.  Only when asked.
 
+    kernel : str or None
+        Which kernel produced an extend result (``'extend_tc'`` or ``'decode'``); None for decode.
+
     Certificate fields are None when ``cert`` was None.  Arrays live on the device of ``q``.
     """
 
@@ -44,6 +47,7 @@ class DecodeResult:
     cmax: object = None
     num_splits: int = 1
     page_contrib: object = None
+    kernel: str | None = None
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,27 @@ quantized prefix plus themselves, each query position with its own certificate (
 The new tokens are written to the pool first, as an engine does.  Query position ``i`` of request
 ``b`` attends causally to the first ``S_b − n_b + i + 1`` tokens of the request's page table — the
 same pages, so shared prefixes read the same slots — which makes an extend exactly a batch of decode
-queries over prefixes of one page table.  It runs that way on both backends, through the certified
-decode kernels (fp32, the SPEC §6 contract): correct and certified, not a tuned prefill kernel
-(issue 6's tensor-core prefill is still to come); on the GPU it reads the small page-table arrays
-on the host once per call.
+queries over prefixes of one page table.
+
+Two kernels (``kernel=``):
+
+- ``'decode'``: that batch of decode queries through the certified decode kernels (fp32, the SPEC
+  §6 contract).  The CPU backend (the oracle) always runs this.
+- ``'extend_tc'`` (GPU): ``cuda/extend_tc.cu``, a tensor-core prefill kernel for the common INT8
+  pool (d = 128, 8-bit dither, group 32, no outlier pairs, no exact tier, Tier B).  Its logits use
+  exact fp16 operands for the codes and the dither plus a two-part fp16 split of the query; the
+  split's residual is bounded per row and added to ``c_t`` (docs/certificate.md §9), so its
+  certificates cover its own logits.  Its ``o`` is computed from V̂ and P rounded to fp16, the
+  accuracy class of an fp16 attention kernel.
+
+``kernel='auto'`` (default) takes ``'extend_tc'`` on the GPU wherever it applies, else ``'decode'``;
+the result's ``kernel`` field says which ran.  Both read the small page-table arrays on the host
+once per call on the GPU.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -20,7 +34,7 @@ from .decode import check_page_table, decode_attention
 
 
 def extend_attention(q, pool, *, layer, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, causal=True,
-                     sm_scale=None, cert=None, num_splits=None):
+                     sm_scale=None, cert=None, num_splits=None, kernel="auto"):
     """Attention of ``n_new`` new tokens over their requests' prefix and themselves.
 
     Parameters
@@ -41,12 +55,17 @@ def extend_attention(q, pool, *, layer, qo_indptr, kv_indptr, kv_indices, kv_las
     cert : CertConfig or None
         ``cert.steps`` is the request budget's ``T``: it must count every certified query position
         (all ``n_b`` of this call, plus whatever else the request certifies).
+    kernel : {'auto', 'extend_tc', 'decode'}
+        See the module docstring.  ``'extend_tc'`` raises ValueError where it does not apply.
 
     Returns
     -------
     DecodeResult
-        ``o [n_new, Hq, d]`` and ``lse``, ``log_a``, ``risk``, ``tv_bound``, ``cmax`` ``[n_new, Hq]``.
+        ``o [n_new, Hq, d]`` and ``lse``, ``log_a``, ``risk``, ``tv_bound``, ``cmax`` ``[n_new, Hq]``;
+        ``kernel`` names the kernel that ran.
     """
+    if kernel not in ("auto", "extend_tc", "decode"):
+        raise ValueError(f"kernel must be 'auto', 'extend_tc' or 'decode', got {kernel!r}")
     be = backend_of(q=q, qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_indices=kv_indices,
                     kv_last_page_len=kv_last_page_len)
     if be == "cuda":  # the expanded page table is built on the host (one read of the small tables)
@@ -72,11 +91,23 @@ def extend_attention(q, pool, *, layer, qo_indptr, kv_indptr, kv_indices, kv_las
             raise ValueError(f"cert.steps ({cert.steps}) must count every certified query position "
                              f"(this call certifies up to {int(n_new.max())} per request)")
     ps = pool.page_size
+    for b in range(B):
+        if n_new[b] > pt.seq_len(b, ps):
+            raise ValueError(f"request {b} has {n_new[b]} new tokens but its page table holds only "
+                             f"{pt.seq_len(b, ps)}")
+    if kernel != "decode":
+        why = "the CPU backend runs the decode kernels" if be != "cuda" else None
+        if why is None:
+            from ._cuda_extend import tc_extend_applies
+
+            why = tc_extend_applies(pool, cert, qh.shape[1])
+        if why is None:
+            return _extend_tc(qh, pool, layer, qo, pt, causal, sm_scale, cert, num_splits)
+        if kernel == "extend_tc":
+            raise ValueError(f"kernel='extend_tc' does not apply here: {why}")
     indptr, indices, last = [0], [], []
     for b in range(B):
         S = pt.seq_len(b, ps)
-        if n_new[b] > S:
-            raise ValueError(f"request {b} has {n_new[b]} new tokens but its page table holds only {S}")
         pages = pt.indices[pt.indptr[b]:pt.indptr[b + 1]]
         for i in range(int(n_new[b])):
             length = S - n_new[b] + i + 1 if causal else S
@@ -87,5 +118,19 @@ def extend_attention(q, pool, *, layer, qo_indptr, kv_indptr, kv_indices, kv_las
     tables = [np.array(a, np.int32) for a in (indptr, indices, last)]
     if be == "cuda":
         tables = [pool.xp.asarray(a) for a in tables]
-    return decode_attention(qh, pool, layer=layer, kv_indptr=tables[0], kv_indices=tables[1],
-                            kv_last_page_len=tables[2], sm_scale=sm_scale, cert=cert, num_splits=num_splits)
+    res = decode_attention(qh, pool, layer=layer, kv_indptr=tables[0], kv_indices=tables[1],
+                           kv_last_page_len=tables[2], sm_scale=sm_scale, cert=cert, num_splits=num_splits)
+    return dataclasses.replace(res, kernel="decode")
+
+
+def _extend_tc(q, pool, layer, qo, pt, causal, sm_scale, cert, num_splits):
+    from ._cuda_extend import ExtendPlan
+    from .decode import _check_common
+
+    layer, sm_scale, num_splits = _check_common(q, pool, layer, sm_scale, cert, num_splits)
+    xp = pool.xp
+    max_pages = int(np.max(np.diff(pt.indptr))) if pt.indptr.shape[0] > 1 else 0
+    plan = ExtendPlan(pool._dev, q, layer, qo, xp.asarray(pt.indptr), xp.asarray(pt.indices),
+                      xp.asarray(pt.last_page_len), causal, sm_scale, cert, num_splits, max_pages)
+    plan.launch()
+    return plan.result()

@@ -1,0 +1,556 @@
+// extend_tc.cu — the tensor-core extend (prefill) kernel of issue 6: stage 1 of a split-KV pass in
+// which a tile of 64 query rows (consecutive new tokens of one request × the G query heads of one
+// kv head) attends causally to its request's INT8 prefix, with the Tier-B certificate.  Its split
+// partials feed decode_merge and decode_certify (decode.cu) unchanged.
+//
+// Why tensor cores, and why the certificate stays sound (docs/certificate.md §9):
+//   Logits.  ℓ̃ = sm·Σ_g s_g·Σ_{c∈g} q_c·(k_c − ξ_c).  With 8-bit dither the code k_c (|k| ≤ 127) and
+//   −ξ_c = (255 − 2j)/512 are both EXACT in fp16, so the K operands of the mma carry no rounding
+//   at all.  The query is split q ≈ qh + ql (two fp16 values, after an exact power-of-two row
+//   scaling that keeps them normal): mma(qh, k) + mma(ql, k) + mma(qh, −ξ).  What that leaves out,
+//   |Σ (q − qh − ql)·k + (q − qh)·(−ξ)| ≤ 127·E2_g + ½·E1_g per group (E1, E2: the split's exact
+//   residual sums, computed per row here), is a deterministic bound added to β_t, so c_t covers the
+//   kernel's own logits.  The per-token scale s_g is applied in fp32 after each group's mma.
+//   Values.  V̂ = fp32 x̂ rounded once to fp16 and P rounded to fp16 — the operands an fp16
+//   attention kernel (torch SDPA on the dequantized cache) sees.  o carries fp16-class rounding;
+//   the certificate bounds TV of the attention weights, which V does not enter.
+//
+// Layout: grid (num_tiles, H, num_splits), block 128 = 4 warps × 16 rows.  Row r of the tile is
+// (token r / G, head r % G).  Per KV tile of 64 tokens: every thread dequantizes one half-row of K
+// and of V (4 + 4 Philox calls) into padded shared tiles; each warp then runs its 16 rows × 64
+// tokens through m16n8k16 mma (fragments by ldmatrix), forms c_t per (row, token), updates the
+// online softmax and λ, and accumulates o.  Shared memory ≈ 93 KB (dynamic): 2 CTAs per SM.
+// Never reads out of bounds: page ids outside the pool, an inconsistent kv_indptr, a bad last-page
+// length or more new tokens than the request holds poison the split (NaN output, infinite
+// certificate), as in the decode kernels; a non-finite scale in a tile poisons the split too.
+#include "common.cuh"
+#include "philox.cuh"
+
+#define XT_TILE 64
+#define XT_D 128
+#define XT_NG 4       // scale groups of 32 channels
+#define XT_PITCH 136  // halves per shared row: 272 B, so the 8 rows an ldmatrix reads hit distinct banks
+#define XT_LOG2E 1.4426950408889634f
+#define XT_LN2 0.6931471805599453f
+
+template <int ROWS>
+struct XtShared {
+    u16 qh[ROWS][XT_PITCH];     // row-scaled query, high fp16 part
+    u16 ql[ROWS][XT_PITCH];     // low part: qs − qh rounded to fp16
+    u16 kc[XT_TILE][XT_PITCH];  // K codes, exact in fp16
+    u16 kx[XT_TILE][XT_PITCH];  // −ξ of K, exact in fp16
+    u16 vh[XT_TILE][XT_PITCH];  // V̂ rounded to fp16
+    float sk[XT_NG][XT_TILE];   // K scales [group][token]: the column scaling after each group's mma
+    float sk4[XT_TILE][8];      // per token: s_g and s_g², for c_t
+    float rowc[ROWS][12];       // per row (16-byte aligned): 2(sm²/12)Q2_g·log(2S/δ) [4], sm(Q1_g·β + 127E2_g + ½E1_g) [4], ℓ̃ scale
+    int rowlen[ROWS];           // tokens the row attends (0: no query in this row)
+    int rowout[ROWS];           // the row's (query, head) index qi·Hq + head, or -1
+    int valid[XT_TILE];
+    int4 stg[2][XT_TILE][9];    // raw codes of the next tile (K, V), 144-byte rows: conflict-free reads
+    u32 stg_sc[2][XT_TILE][2];  // their scales: each half-row's two groups (4 bytes)
+};
+// the launch layer reads these numbers from here (witcert_cupy/_cuda_extend.py)
+#define XT_SMEM_BYTES_W4 113408
+#define XT_SMEM_BYTES_W8 151808
+static_assert(sizeof(XtShared<64>) == XT_SMEM_BYTES_W4, "XT_SMEM_BYTES_W4 must be sizeof(XtShared<64>)");
+static_assert(sizeof(XtShared<128>) == XT_SMEM_BYTES_W8, "XT_SMEM_BYTES_W8 must be sizeof(XtShared<128>)");
+
+WC_D u32 xt_smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+WC_D void ldsm_x4(u32 (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(xt_smem_addr(p)));
+}
+
+WC_D void ldsm_x4_trans(u32 (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(xt_smem_addr(p)));
+}
+
+// c += a·b, m16n8k16, fp16 operands, fp32 accumulate
+WC_D void mma_f16(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// two floats -> f16x2, round to nearest; `lo` in the low half (the lower column / channel)
+WC_D u32 pack_f16x2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+WC_D u32 hsub2(u32 a, u32 b) {
+    u32 r;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
+WC_D u32 hfma2(u32 a, u32 b, u32 c) {
+    u32 r;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
+WC_D void cp_async16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(xt_smem_addr(dst)), "l"(src));
+}
+
+WC_D void cp_async4(void* dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(xt_smem_addr(dst)), "l"(src));
+}
+
+WC_D void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+
+WC_D void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+WC_D float xt_quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+WC_D float xt_quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// WARPS = 4: 64 rows, 2 CTAs per SM; WARPS = 8: 128 rows, 1 CTA per SM (the dequantization of a KV
+// tile, one Philox call per 16 elements, is shared by twice the rows).
+template <int WARPS>
+__host__ __device__ constexpr int xt_min_blocks() { return WARPS == 4 ? 2 : 1; }
+
+template <int G, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS, xt_min_blocks<WARPS>()) extend_tc_stage1(
+    const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
+    const int* __restrict__ qo_indptr, const int* __restrict__ tile_req, const int* __restrict__ tile_q0,
+    const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices, const int* __restrict__ kv_last_page_len,
+    float* __restrict__ o_part, float* __restrict__ lse_part, float* __restrict__ lam_part,
+    float* __restrict__ cmax_part, i64 N, int H, int layer, int head_base, int page_shift, int num_pages, int nnz,
+    int num_splits, int causal, int tier, u32 k0, u32 k1, float sm, float log_budget, float beta_steps) {
+    constexpr int D = XT_D;
+    constexpr int NT = 32 * WARPS;
+    constexpr int ROWS = 16 * WARPS;
+    constexpr int QT = ROWS / G;        // new tokens per tile
+    constexpr int IPT = 4 * XT_TILE / NT;  // dequantization items (token, side, half-row) per thread
+    extern __shared__ __align__(16) unsigned char xt_raw[];
+    XtShared<ROWS>& sh = *reinterpret_cast<XtShared<ROWS>*>(xt_raw);
+
+    const int tile = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int grp = lane >> 2, tig = lane & 3;
+    const int Hq = H * G;
+    const int ps = 1 << page_shift;
+
+    // ---- the request: page table checked before use (as the decode kernels)
+    const int b = tile_req[tile], qa0 = tile_q0[tile];
+    const int qo0 = qo_indptr[b], qo1 = qo_indptr[b + 1];
+    const RequestPages rp = request_pages(kv_indptr, kv_last_page_len, b, nnz, page_shift);
+    const int p0 = rp.p0;
+    const i64 S = rp.S;
+    bool poisoned = rp.poisoned;
+    const int n_new = qo1 - qo0;
+    poisoned = poisoned || n_new < 0 || (i64)n_new > S;
+    const int nq = max(0, min(QT, qo1 - qa0));  // queries of this tile
+    // the tile's longest row sets the split ranges
+    const i64 lmax = poisoned || nq == 0 ? 0 : (causal ? S - n_new + (qa0 + nq - 1 - qo0) + 1 : S);
+    const int npg = (int)((lmax + ps - 1) >> page_shift);
+    const int pps = (npg + num_splits - 1) / max(num_splits, 1);
+    const i64 ta = (i64)min(s * pps, npg) << page_shift;
+    const i64 tb = min((i64)min(s * pps + pps, npg) << page_shift, lmax);
+
+    // ---- rows: scaled query split into two fp16 parts, certificate coefficients per group
+    {
+        const int r = tid >> 1, hf = tid & 1;
+        const int tok = r / G, g = r % G;
+        const bool rv = tok < nq;
+        const int qi = qa0 + tok;
+        float x[64];
+        const float4* src = reinterpret_cast<const float4*>(q + ((i64)qi * Hq + h * G + g) * D + hf * 64);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            const float4 v = rv ? src[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+            x[4 * i] = v.x;
+            x[4 * i + 1] = v.y;
+            x[4 * i + 2] = v.z;
+            x[4 * i + 3] = v.w;
+        }
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 64; ++i) amax = fmaxf(amax, fabsf(x[i]));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        if (rv && !(amax <= WC_F32_MAX)) poisoned = true;
+        int e = 0;
+        frexpf(amax, &e);
+        const int shift = WC_TC_QUERY_EXPONENT - e;  // max |q|·2^shift ∈ [2^14, 2^15): qh, ql stay normal
+        const float log_term = log_budget + logf((float)max(rv ? (causal ? S - n_new + (qi - qo0) + 1 : S) : 0,
+                                                            (i64)1));
+#pragma unroll
+        for (int gg = 0; gg < 2; ++gg) {
+            float q2 = 0.0f, q1 = 0.0f, e1 = 0.0f, e2 = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 32; i += 2) {
+                u32 hw = 0, lw = 0;
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const float v = x[gg * 32 + i + j];
+                    const float qs = ldexpf(v, shift);  // exact (power of two)
+                    u16 hb, lb;
+                    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hb) : "f"(qs));
+                    const float r1 = __fsub_rn(qs, f16_to_f32(hb));  // exact: qh is qs rounded
+                    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(lb) : "f"(r1));
+                    const float r2 = __fsub_rn(r1, f16_to_f32(lb));  // exact likewise
+                    hw |= (u32)hb << (16 * j);
+                    lw |= (u32)lb << (16 * j);
+                    q2 += v * v;
+                    q1 += fabsf(v);
+                    e1 += fabsf(r1);
+                    e2 += fabsf(r2);
+                }
+                *reinterpret_cast<u32*>(&sh.qh[r][hf * 64 + gg * 32 + i]) = hw;
+                *reinterpret_cast<u32*>(&sh.ql[r][hf * 64 + gg * 32 + i]) = lw;
+            }
+            e1 = ldexpf(e1, -shift);
+            e2 = ldexpf(e2, -shift);
+            sh.rowc[r][2 * hf + gg] = 2.0f * (sm * sm / 12.0f) * q2 * log_term;
+            sh.rowc[r][4 + 2 * hf + gg] = sm * (q1 * beta_steps + WC_TC_CODE_BOUND * e2 + WC_TC_XI_BOUND * e1);
+        }
+        if (hf == 0) {
+            sh.rowc[r][8] = ldexpf(sm * XT_LOG2E, -shift);
+            sh.rowlen[r] = rv ? (int)(causal ? S - n_new + (qi - qo0) + 1 : S) : 0;
+            sh.rowout[r] = rv ? qi * Hq + h * G + g : -1;
+        }
+    }
+    __syncthreads();
+
+    // this warp's 16 rows; this thread holds rows grp and grp + 8 of them.  Per-row constants stay
+    // in shared memory and are read per tile (in registers they cost a spill).
+    const int wr0 = warp * 16;
+    const u32 ctr2 = dither_ctr2(layer, h + head_base);
+    const i64 rowK = (((i64)layer * 2 + 0) * H + h) * N, rowV = (((i64)layer * 2 + 1) * H + h) * N;
+    const u32 c1152 = pack_f16x2(1152.0f, 1152.0f), cm256 = pack_f16x2(-0.00390625f, -0.00390625f);
+    const u32 c4_5 = pack_f16x2(4.5f, 4.5f), c512 = pack_f16x2(0.001953125f, 0.001953125f);
+
+    float o[16][4];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, l2[2] = {0.f, 0.f};
+    float cmx[2] = {0.f, 0.f};
+    bool cinf[2] = {false, false};
+
+    // Dequantization items: item it = i·NT + tid is (side it >> 7, token (it & 127) >> 1, half-row
+    // it & 1), so a warp's items share one side.  The next tile's codes and scales travel by
+    // cp.async into a staging buffer while this tile computes; its page ids are loaded a tile
+    // earlier still.  Why: each tile's two dependent global round trips (page id, then codes)
+    // otherwise stall the SM.
+    bool cur_valid[IPT];
+    u32 cur_slot[IPT];  // slots are below 2^32 (SPEC §2: ctr0)
+    int pg_next[IPT];
+    auto item_side = [&](int i) { return (i * NT + tid) >> 7; };
+    auto item_tok = [&](int i) { return ((i * NT + tid) & 127) >> 1; };
+    const int hf = tid & 1;
+    auto page_of = [&](i64 t0n, int i) {
+        const i64 tok = t0n + item_tok(i);
+        return tok < tb ? kv_indices[p0 + (int)(tok >> page_shift)] : 0;
+    };
+    auto issue = [&](i64 t0n) {
+#pragma unroll
+        for (int i = 0; i < IPT; ++i) {
+            const int at = item_tok(i), side = item_side(i);
+            const i64 tok = t0n + at;
+            const int page = pg_next[i];
+            bool v = tok < tb;
+            cur_slot[i] = 0;
+            if (v) {
+                if (page < 0 || page >= num_pages) {
+                    poisoned = true;
+                    v = false;
+                } else {
+                    cur_slot[i] = (u32)(((i64)page << page_shift) + (tok & (ps - 1)));
+                }
+            }
+            cur_valid[i] = v;
+            if (v) {
+                const i64 row = (side ? rowV : rowK) + cur_slot[i];
+                const int4* src = reinterpret_cast<const int4*>(codes + row * D + hf * 64);
+#pragma unroll
+                for (int k = 0; k < 4; ++k) cp_async16(&sh.stg[side][at][hf * 4 + k], src + k);
+                cp_async4(&sh.stg_sc[side][at][hf], scales + row * XT_NG + 2 * hf);
+            }
+        }
+        cp_async_commit();
+    };
+    if (ta < tb) {
+#pragma unroll
+        for (int i = 0; i < IPT; ++i) pg_next[i] = page_of(ta, i);
+        issue(ta);
+    }
+
+    for (i64 t0 = ta; t0 < tb; t0 += XT_TILE) {
+        bool valid[IPT];
+        u32 slot[IPT];
+#pragma unroll
+        for (int i = 0; i < IPT; ++i) {
+            valid[i] = cur_valid[i];
+            slot[i] = cur_slot[i];
+            pg_next[i] = t0 + XT_TILE < tb ? page_of(t0 + XT_TILE, i) : 0;  // used after the dequantization
+        }
+        cp_async_wait_all();
+        __syncthreads();  // staging holds this tile; the previous tile's shared tiles are no longer read
+        // ---- A: dequantize: K half-rows into exact fp16 operands, V half-rows into x̂ rounded to fp16
+        float sb[IPT][2];
+#pragma unroll
+        for (int i = 0; i < IPT; ++i) {
+            const int at = item_tok(i), side = item_side(i);
+            const u32 sc = sh.stg_sc[side][at][hf];
+#pragma unroll
+            for (int gg = 0; gg < 2; ++gg) {
+                sb[i][gg] = valid[i] ? f16_to_f32((u16)(sc >> (16 * gg))) : 0.0f;
+                if (!(sb[i][gg] <= WC_F32_MAX)) poisoned = true;
+                if (side == 0) {
+                    sh.sk[2 * hf + gg][at] = sb[i][gg];
+                    sh.sk4[at][2 * hf + gg] = sb[i][gg];
+                    sh.sk4[at][4 + 2 * hf + gg] = __fmul_rn(sb[i][gg], sb[i][gg]);
+                }
+            }
+            if (side == 0 && hf == 0) sh.valid[at] = valid[i];
+        }
+        constexpr int KU = IPT == 1 ? 2 : 1;  // Philox calls in flight per thread: two
+#pragma unroll KU
+        for (int k = 0; k < 4; ++k) {
+            const int chunk = hf * 4 + k;  // 16 channels per 8-bit Philox call (SPEC §2)
+#pragma unroll
+            for (int i = 0; i < IPT; ++i) {
+                const int at = item_tok(i), side = item_side(i);
+                uint4* d0 = reinterpret_cast<uint4*>(side == 0 ? &sh.kc[at][hf * 64 + 16 * k] : &sh.vh[at][hf * 64 + 16 * k]);
+                uint4* d1 = reinterpret_cast<uint4*>(&sh.kx[at][hf * 64 + 16 * k]);
+                if (!valid[i]) {
+                    d0[0] = d0[1] = make_uint4(0u, 0u, 0u, 0u);
+                    if (side == 0) d1[0] = d1[1] = make_uint4(0u, 0u, 0u, 0u);
+                    continue;
+                }
+                const int4 raw = sh.stg[side][at][hf * 4 + k];
+                const u32x4 wr = philox10(slot[i], dither_ctr1(side, chunk), ctr2, 0u, k0, k1);
+                const u32 cw[4] = {(u32)raw.x, (u32)raw.y, (u32)raw.z, (u32)raw.w};
+                const u32 xw[4] = {wr.x, wr.y, wr.z, wr.w};
+                if (side == 0) {
+                    u32 kh[8], xh[8];
+#pragma unroll
+                    for (int w = 0; w < 4; ++w) {
+                        // code k: byte k+128 under the exponent of 1024 gives 1024 + k + 128, exactly
+                        const u32 u = cw[w] ^ 0x80808080u;
+                        kh[2 * w] = hsub2(__byte_perm(u, 0x64646464u, 0x5140), c1152);
+                        kh[2 * w + 1] = hsub2(__byte_perm(u, 0x64646464u, 0x5342), c1152);
+                        // dither field j: (1024 + j)·(−1/256) + 4.5 = (128 − j)/256, then − 1/512 = −ξ (exact)
+                        xh[2 * w] = hsub2(hfma2(__byte_perm(xw[w], 0x64646464u, 0x5140), cm256, c4_5), c512);
+                        xh[2 * w + 1] = hsub2(hfma2(__byte_perm(xw[w], 0x64646464u, 0x5342), cm256, c4_5), c512);
+                    }
+                    d0[0] = make_uint4(kh[0], kh[1], kh[2], kh[3]);
+                    d0[1] = make_uint4(kh[4], kh[5], kh[6], kh[7]);
+                    d1[0] = make_uint4(xh[0], xh[1], xh[2], xh[3]);
+                    d1[1] = make_uint4(xh[4], xh[5], xh[6], xh[7]);
+                } else {
+                    const float sbv = k < 2 ? sb[i][0] : sb[i][1], nsb = -sbv * 0.001953125f;
+                    u32 vhw[8];
+#pragma unroll
+                    for (int w = 0; w < 4; ++w) {
+                        const u32 u = cw[w] ^ 0x80808080u;
+                        float xv[4];
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) {
+                            // k + 32768.5 and 2^23 + j exactly, then k + (128 − j)/256 exactly; x̂ =
+                            // sb·(that − 1/512) with one rounding = fl(sb·(k − ξ)), the reference's x̂
+                            const float kb = __fadd_rn(__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440 | j)),
+                                                       -8355967.5f);
+                            const float jf = __uint_as_float(__byte_perm(xw[w], 0x4B000000u, 0x7440 | j));
+                            const float kx = __fmaf_rn(jf, -0.00390625f, kb);
+                            xv[j] = __fmaf_rn(sbv, kx, nsb);
+                        }
+                        vhw[2 * w] = pack_f16x2(xv[0], xv[1]);
+                        vhw[2 * w + 1] = pack_f16x2(xv[2], xv[3]);
+                    }
+                    d0[0] = make_uint4(vhw[0], vhw[1], vhw[2], vhw[3]);
+                    d0[1] = make_uint4(vhw[4], vhw[5], vhw[6], vhw[7]);
+                }
+            }
+        }
+        __syncthreads();
+        if (t0 + XT_TILE < tb) issue(t0 + XT_TILE);
+
+        // ---- B: logits of 16 rows × 64 tokens per warp: per group, three mma per k16 step
+        float S[8][4];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) S[nt][0] = S[nt][1] = S[nt][2] = S[nt][3] = 0.0f;
+#pragma unroll 1  // one group's fragments live at a time (unrolled, ptxas hoists them all and spills)
+        for (int gg = 0; gg < XT_NG; ++gg) {
+            u32 qa[2][4], qb[2][4];
+#pragma unroll
+            for (int kk = 0; kk < 2; ++kk) {
+                ldsm_x4(qa[kk], &sh.qh[wr0 + (lane & 15)][32 * gg + 16 * kk + (lane >> 4) * 8]);
+                ldsm_x4(qb[kk], &sh.ql[wr0 + (lane & 15)][32 * gg + 16 * kk + (lane >> 4) * 8]);
+            }
+            float acc[8][4];
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+                acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+                u32 kb[4], xb[4];
+                ldsm_x4(kb, &sh.kc[8 * nt + (lane & 7)][32 * gg + (lane >> 3) * 8]);
+                ldsm_x4(xb, &sh.kx[8 * nt + (lane & 7)][32 * gg + (lane >> 3) * 8]);
+                mma_f16(acc[nt], qa[0], kb[0], kb[1]);
+                mma_f16(acc[nt], qb[0], kb[0], kb[1]);
+                mma_f16(acc[nt], qa[0], xb[0], xb[1]);
+                mma_f16(acc[nt], qa[1], kb[2], kb[3]);
+                mma_f16(acc[nt], qb[1], kb[2], kb[3]);
+                mma_f16(acc[nt], qa[1], xb[2], xb[3]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+                const float2 skv = *reinterpret_cast<const float2*>(&sh.sk[gg][8 * nt + 2 * tig]);
+                S[nt][0] = __fmaf_rn(skv.x, acc[nt][0], S[nt][0]);
+                S[nt][1] = __fmaf_rn(skv.y, acc[nt][1], S[nt][1]);
+                S[nt][2] = __fmaf_rn(skv.x, acc[nt][2], S[nt][2]);
+                S[nt][3] = __fmaf_rn(skv.y, acc[nt][3], S[nt][3]);
+            }
+        }
+
+        // ---- C: mask and online softmax (a row's maximum is shared by the quad of lanes holding it)
+        float tmx[2] = {-INFINITY, -INFINITY};
+        const float rsc[2] = {sh.rowc[wr0 + grp][8], sh.rowc[wr0 + grp + 8][8]};
+        const int rlen[2] = {sh.rowlen[wr0 + grp], sh.rowlen[wr0 + grp + 8]};
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int rr = e >> 1, tl = 8 * nt + 2 * tig + (e & 1);
+                const bool v = sh.valid[tl] != 0 && t0 + tl < (i64)rlen[rr];
+                S[nt][e] = v ? __fmul_rn(S[nt][e], rsc[rr]) : -INFINITY;  // ℓ̃ in log2 units
+                tmx[rr] = fmaxf(tmx[rr], S[nt][e]);
+            }
+        }
+        float scl[2], mn[2];
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+            mn[rr] = fmaxf(m[rr], xt_quad_max(tmx[rr]));
+            scl[rr] = mn[rr] == -INFINITY ? 1.0f : exp2f(m[rr] - mn[rr]);
+            l[rr] *= scl[rr];
+            l2[rr] *= scl[rr];  // λ's sum shares the softmax's reference maximum
+            m[rr] = mn[rr];
+        }
+        if (!__all_sync(0xffffffffu, scl[0] == 1.0f && scl[1] == 1.0f)) {  // most tiles keep their maxima
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                o[i][0] *= scl[0];
+                o[i][1] *= scl[0];
+                o[i][2] *= scl[1];
+                o[i][3] *= scl[1];
+            }
+        }
+        // the rows' Tier-B coefficients for this tile's certificate work
+        float4 b2[2], b1[2];
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+            b2[rr] = *reinterpret_cast<const float4*>(&sh.rowc[wr0 + grp + 8 * rr][0]);
+            b1[rr] = *reinterpret_cast<const float4*>(&sh.rowc[wr0 + grp + 8 * rr][4]);
+        }
+        // ---- D: per k16 step of 16 tokens: probabilities, c_t and λ, then o += P·V̂ (V̂ fragments
+        // by transposed ldmatrix); the C fragments of token tiles 2kk and 2kk+1 are the A fragment
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            u32 pa[4];
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int nt = 2 * kk + half;
+                float p[4];
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {  // token 8nt + 2tig + j, both rows
+                    const int tl = 8 * nt + 2 * tig + j;
+                    float4 sa, sq;
+                    if (tier) {
+                        sa = *reinterpret_cast<const float4*>(&sh.sk4[tl][0]);
+                        sq = *reinterpret_cast<const float4*>(&sh.sk4[tl][4]);
+                    }
+#pragma unroll
+                    for (int rr = 0; rr < 2; ++rr) {
+                        const int e = 2 * rr + j;
+                        const float lt = S[nt][e];
+                        const float d = __fsub_rn(lt, mn[rr]);
+                        p[e] = mn[rr] == -INFINITY ? 0.0f : exp2f(d);
+                        l[rr] += p[e];
+                        if (tier && lt != -INFINITY) {
+                            // explicit roundings: a row's result must not depend on which of a
+                            // thread's two rows it is (the compiler may contract each differently)
+                            const float u2 = __fmaf_rn(sq.w, b2[rr].w, __fmaf_rn(sq.z, b2[rr].z,
+                                             __fmaf_rn(sq.y, b2[rr].y, __fmul_rn(sq.x, b2[rr].x))));
+                            const float be = __fmaf_rn(sa.w, b1[rr].w, __fmaf_rn(sa.z, b1[rr].z,
+                                             __fmaf_rn(sa.y, b1[rr].y, __fmul_rn(sa.x, b1[rr].x))));
+                            // sqrt as u2·rsqrt(u2): within a few ulps, far inside C_EVAL_SLACK
+                            const float u = u2 > 0.0f ? __fmul_rn(u2, rsqrtf(u2)) : 0.0f;
+                            float c = __fmul_rn(__fadd_rn(u, be), (float)WC_C_EVAL_SLACK);
+                            c = c <= WC_F32_MAX ? c : INFINITY;
+                            cmx[rr] = fmaxf(cmx[rr], c);
+                            cinf[rr] = cinf[rr] || c == INFINITY;
+                            // e^{ℓ̃ + c} relative to the softmax maximum: overflow gives +inf, which
+                            // reports "no guarantee" (sound); terms below 2^-126 of the maximum vanish
+                            l2[rr] += exp2f(__fmaf_rn(c, XT_LOG2E, d));
+                        }
+                    }
+                }
+                pa[2 * half] = pack_f16x2(p[0], p[1]);
+                pa[2 * half + 1] = pack_f16x2(p[2], p[3]);
+            }
+#pragma unroll
+            for (int np = 0; np < 8; ++np) {
+                u32 vb[4];
+                ldsm_x4_trans(vb, &sh.vh[16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8][16 * np + (lane >> 4) * 8]);
+                mma_f16(o[2 * np], pa, vb[0], vb[1]);
+                mma_f16(o[2 * np + 1], pa, vb[2], vb[3]);
+            }
+        }
+    }
+
+    // ---- outputs
+    poisoned = __syncthreads_or(poisoned);
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+        const int ro = sh.rowout[wr0 + grp + 8 * rr];
+        const float L = xt_quad_sum(l[rr]), L2 = xt_quad_sum(l2[rr]);
+        const float CM = xt_quad_max(cmx[rr]);
+        const bool CI = xt_quad_max(cinf[rr] ? 1.0f : 0.0f) > 0.0f;  // an infinite c_t anywhere in the row
+        if (ro < 0) continue;
+        const i64 row = (i64)ro * num_splits + s;
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) {
+            float2 v;
+            v.x = poisoned ? NAN : (L == 0.0f ? 0.0f : o[nt][2 * rr] / L);
+            v.y = poisoned ? NAN : (L == 0.0f ? 0.0f : o[nt][2 * rr + 1] / L);
+            *reinterpret_cast<float2*>(o_part + row * D + 8 * nt + 2 * tig) = v;
+        }
+        if (tig == 0) {
+            // an infinite c_t, or a sum that overflowed (or went NaN rescaling an overflow): +inf
+            const float lam = !tier ? -INFINITY
+                                    : ((CI || !(L2 <= WC_F32_MAX))
+                                           ? INFINITY
+                                           : (L2 > 0.0f ? __fmaf_rn(m[rr], XT_LN2, logf(L2)) : -INFINITY));
+            store_split_stats(row, poisoned, L, __fmaf_rn(m[rr], XT_LN2, logf(L)), lam, CM, lse_part, lam_part,
+                              cmax_part);
+        }
+    }
+}
+
+#define WC_XT_INST(G, W)                                                                                       \
+    template __global__ void extend_tc_stage1<G, W>(const float*, const i8*, const u16*, const int*, const int*, \
+                                                    const int*, const int*, const int*, const int*, float*, float*, \
+                                                    float*, float*, i64, int, int, int, int, int, int, int, int,   \
+                                                    int, u32, u32, float, float, float);
+// the library launches WARPS = 8 (bench/NOTES.md: 4 warps measured 13% slower, and spills 8 bytes)
+#ifdef WITCERT_INSTANTIATE_ALL
+WC_XT_INST(1, 8)
+WC_XT_INST(2, 8)
+WC_XT_INST(3, 8)
+WC_XT_INST(4, 8)
+WC_XT_INST(5, 8)
+WC_XT_INST(6, 8)
+WC_XT_INST(7, 8)
+WC_XT_INST(8, 8)
+#endif

@@ -1,0 +1,140 @@
+"""Launch layer of the tensor-core extend kernel (``cuda/extend_tc.cu``, issue 6).
+
+:class:`ExtendPlan` allocates every buffer up front and :meth:`~ExtendPlan.launch` only launches
+kernels (stage 1, then the decode merge and certificate of ``cuda/decode.cu``), so a prefill can be
+timed with events or captured in a graph.  :func:`tc_extend_applies` says when the kernel serves a
+call; ``witcert_cupy.extend_attention`` documents the choice.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+
+import numpy as np
+
+from . import certificate as cert_mod
+from ._cuda import _grid1, _i32, kernel, kernel_dir
+
+WARPS = 8  # warps per CTA; 16 query rows (new token × query head of one kv head) per warp
+
+
+@functools.lru_cache(maxsize=None)
+def smem_bytes(warps=WARPS) -> int:
+    """Dynamic shared memory of one CTA, read from the kernel source (its ``static_assert`` ties it
+    to the struct)."""
+    m = re.search(rf"#define XT_SMEM_BYTES_W{warps} (\d+)", (kernel_dir() / "extend_tc.cu").read_text())
+    return int(m.group(1))
+
+
+def tc_extend_applies(pool, cert, num_q_heads) -> str | None:
+    """None when the tensor-core kernel serves this pool and certificate, else the reason why not."""
+    dev = getattr(pool, "_dev", None)
+    if dev is None or dev.fp16_store:
+        return "it serves INT8 KVPools on the GPU"
+    cfg = pool.config
+    G = num_q_heads // pool.num_kv_heads
+    checks = (
+        (cfg.head_dim == 128, "head_dim 128"),
+        (cfg.dither_bits == 8, "8-bit dither"),
+        (cfg.group_size == 32, "group_size 32"),
+        (cfg.n_pairs == 0, "no outlier pairs"),
+        (pool.tier_map_dev is None, "no exact tier"),
+        (cert is None or cert.tier == "B", "Tier B certificates (or none)"),
+        (1 <= G <= 8, "1 to 8 query heads per kv head"),
+    )
+    missing = [what for ok, what in checks if not ok]
+    return None if not missing else "it needs " + ", ".join(missing)
+
+
+def default_num_splits(num_tiles, num_kv_heads, num_sms, max_pages, warps=WARPS):
+    """Splits so that the grid fills two waves of the resident CTAs; a long prefill needs none."""
+    target = 2 * (2 if warps == 4 else 1) * num_sms
+    return int(max(1, min(64, math.ceil(target / max(1, num_tiles * num_kv_heads)), max(1, max_pages))))
+
+
+class ExtendPlan:
+    """One extend call on the GPU with every buffer allocated up front.
+
+    Parameters are those of :func:`witcert_cupy.extend_attention` after validation; ``qo_host`` is
+    the host copy of ``qo_indptr`` (the tile list is built from it), ``max_pages`` the longest
+    request's page count (for the split count)."""
+
+    def __init__(self, dev, q, layer, qo_host, kv_indptr, kv_indices, kv_last_page_len, causal, sm_scale, cert,
+                 num_splits, max_pages, warps=WARPS):
+        import cupy as cp
+
+        p = dev.pool
+        n, Hq, d = q.shape
+        if n * Hq >= 2**31:
+            raise ValueError(f"extend of {n} query positions × {Hq} heads exceeds 2^31 rows: split the call")
+        G = Hq // p.num_kv_heads
+        if warps != WARPS:  # the 4-warp variant was measured slower and is not built (bench/NOTES.md)
+            raise ValueError(f"warps must be {WARPS}, got {warps}")
+        self.warps = warps
+        qt = 16 * warps // G
+        req, q0 = [], []
+        for b in range(qo_host.shape[0] - 1):
+            for i in range(int(qo_host[b]), int(qo_host[b + 1]), qt):
+                req.append(b)
+                q0.append(i)
+        self.num_tiles = len(req)
+        ns = num_splits or default_num_splits(self.num_tiles, p.num_kv_heads, dev.num_sms, max_pages, warps)
+        self.dev, self.cert, self.ns, self.shape = dev, cert, int(ns), (n, Hq, d)
+        self.q = cp.ascontiguousarray(q, dtype=cp.float32)
+        self.qo = cp.asarray(qo_host, dtype=cp.int32)
+        self.tile_req = cp.asarray(np.array(req, np.int32))
+        self.tile_q0 = cp.asarray(np.array(q0, np.int32))
+        self.ip = cp.ascontiguousarray(kv_indptr, dtype=cp.int32)
+        self.ix = cp.ascontiguousarray(kv_indices, dtype=cp.int32)
+        self.ll = cp.ascontiguousarray(kv_last_page_len, dtype=cp.int32)
+        self.o_part = cp.empty((n, Hq, self.ns, d), cp.float32)
+        self.lse_part = cp.empty((n, Hq, self.ns), cp.float32)
+        self.lam_part = cp.empty((n, Hq, self.ns), cp.float32)
+        self.cmax_part = cp.empty((n, Hq, self.ns), cp.float32)
+        self.o = cp.empty((n, Hq, d), cp.float32)
+        self.lse = cp.empty((n, Hq), cp.float32)
+        self.log_a = cp.empty((n, Hq), cp.float32)
+        self.cmax = cp.empty((n, Hq), cp.float32)
+        self.risk = cp.empty((n, Hq), cp.float64)
+        self.tv_bound = cp.empty((n, Hq), cp.float64)
+        cfg = p.config
+        k0, k1 = cfg.seed_words
+        logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
+        self.stage1 = kernel("extend_tc.cu", None, f"extend_tc_stage1<{G}, {warps}>")
+        self.smem = smem_bytes(warps)
+        self.stage1.max_dynamic_shared_size_bytes = self.smem
+        # the largest shared-memory carveout (two 4-warp CTAs take 2 × 111 KB of the 228 KB)
+        self.stage1.preferred_shared_memory_carveout = 100
+        self.args1 = (self.q, p.codes, p.scales.view(cp.uint16), self.qo, self.tile_req, self.tile_q0, self.ip,
+                      self.ix, self.ll, self.o_part, self.lse_part, self.lam_part, self.cmax_part,
+                      np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset),
+                      _i32(int(math.log2(p.page_size))), _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(self.ns),
+                      _i32(1 if causal else 0), _i32(cert_mod.tier_code(cert)), np.uint32(k0), np.uint32(k1),
+                      np.float32(sm_scale), np.float32(logb), np.float32(cert_mod.beta_steps(cfg.dither_bits)))
+        self.merge = kernel("decode.cu", "decode_merge")
+        self.args2 = (self.o_part, self.lse_part, self.lam_part, self.cmax_part, _i32(self.ns), _i32(d), self.o,
+                      self.lse, self.log_a, self.cmax)
+        self.certify = kernel("decode.cu", "decode_certify")
+        self.args3 = (self.log_a, self.lse, self.cmax, _i32(n * Hq), self.risk, self.tv_bound)
+
+    def launch(self):
+        """Launch stage 1, the merge and the certificate on the current stream (no allocation, no
+        host read)."""
+        n, Hq, d = self.shape
+        if n == 0:
+            return
+        self.stage1((self.num_tiles, self.dev.pool.num_kv_heads, self.ns), (32 * self.warps,), self.args1,
+                    shared_mem=self.smem)
+        self.merge((n * Hq,), (min(d, 256),), self.args2)
+        if self.cert is not None:
+            self.certify(_grid1(n * Hq), (256,), self.args3)
+
+    def result(self):
+        from .decode import DecodeResult
+
+        if self.cert is None:
+            return DecodeResult(self.o, self.lse, num_splits=self.ns, kernel="extend_tc")
+        return DecodeResult(self.o, self.lse, self.log_a, self.risk, self.tv_bound, self.cmax, num_splits=self.ns,
+                            kernel="extend_tc")
