@@ -134,7 +134,6 @@ def main(argv=None):
     from witcert_cupy._cuda_extend import ExtendPlan
     from witcert_cupy.decode import check_page_table
 
-    total = args.prefix + args.new
     print(f"extend: {args.new} new tokens over a {args.prefix}-token prefix, Hq={args.hq}, Hkv={args.hkv}, d={D}")
     pool, k16, v16, pages, slots, q, qo, ip, last = build(args, cp)
     cert = wc.CertConfig(steps=args.new)
@@ -162,7 +161,7 @@ def main(argv=None):
         times[name], _ = time_cupy([plan.launch], args.reps)
         plan.launch()
         agree = float(cp.abs(plan.lse - res.lse).max())
-        print(f"  {name:34s} {times[name]:10.1f} µs  {plan.warps} warps, splits {plan.ns}, "
+        print(f"  {name:34s} {times[name]:10.1f} µs  splits {plan.ns}, "
               f"|lse − checked run| {agree:.1e}")
     try:
         for name, f in sdpa_cases(args, k16, v16, q).items():

@@ -15,11 +15,12 @@
 //   attention kernel (torch SDPA on the dequantized cache) sees.  o carries fp16-class rounding;
 //   the certificate bounds TV of the attention weights, which V does not enter.
 //
-// Layout: grid (num_tiles, H, num_splits), block 128 = 4 warps × 16 rows.  Row r of the tile is
-// (token r / G, head r % G).  Per KV tile of 64 tokens: every thread dequantizes one half-row of K
-// and of V (4 + 4 Philox calls) into padded shared tiles; each warp then runs its 16 rows × 64
-// tokens through m16n8k16 mma (fragments by ldmatrix), forms c_t per (row, token), updates the
-// online softmax and λ, and accumulates o.  Shared memory ≈ 93 KB (dynamic): 2 CTAs per SM.
+// Layout: grid (num_tiles, H, num_splits), block 256 = 8 warps × 16 rows.  Row r of the tile is
+// (token r / G, head r % G).  Per KV tile of 64 tokens: every thread dequantizes one half-row of K or
+// of V (4 Philox calls; its raw codes and scales arrived by cp.async while the previous tile
+// computed) into padded shared tiles; each warp then runs its 16 rows × 64 tokens through m16n8k16
+// mma (fragments by ldmatrix), forms c_t per (row, token), updates the online softmax and λ, and
+// accumulates o.  Shared memory ≈ 148 KB (dynamic), 254 registers: 1 CTA per SM.
 // Never reads out of bounds: page ids outside the pool, an inconsistent kv_indptr, a bad last-page
 // length or more new tokens than the request holds poison the split (NaN output, infinite
 // certificate), as in the decode kernels; a non-finite scale in a tile poisons the split too.
@@ -45,15 +46,12 @@ struct XtShared {
     float rowc[ROWS][12];       // per row (16-byte aligned): 2(sm²/12)Q2_g·log(2S/δ) [4], sm(Q1_g·β + 127E2_g + ½E1_g) [4], ℓ̃ scale
     int rowlen[ROWS];           // tokens the row attends (0: no query in this row)
     int rowout[ROWS];           // the row's (query, head) index qi·Hq + head, or -1
-    int valid[XT_TILE];
     int4 stg[2][XT_TILE][9];    // raw codes of the next tile (K, V), 144-byte rows: conflict-free reads
     u32 stg_sc[2][XT_TILE][2];  // their scales: each half-row's two groups (4 bytes)
 };
-// the launch layer reads these numbers from here (witcert_cupy/_cuda_extend.py)
-#define XT_SMEM_BYTES_W4 113408
-#define XT_SMEM_BYTES_W8 151808
-static_assert(sizeof(XtShared<64>) == XT_SMEM_BYTES_W4, "XT_SMEM_BYTES_W4 must be sizeof(XtShared<64>)");
-static_assert(sizeof(XtShared<128>) == XT_SMEM_BYTES_W8, "XT_SMEM_BYTES_W8 must be sizeof(XtShared<128>)");
+// the launch layer reads this number from here (witcert_cupy/_cuda_extend.py): 8 warps, 128 rows
+#define XT_SMEM_BYTES 151552
+static_assert(sizeof(XtShared<128>) == XT_SMEM_BYTES, "XT_SMEM_BYTES must be sizeof(XtShared<128>)");
 
 WC_D u32 xt_smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 
@@ -116,13 +114,10 @@ WC_D float xt_quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// WARPS = 4: 64 rows, 2 CTAs per SM; WARPS = 8: 128 rows, 1 CTA per SM (the dequantization of a KV
-// tile, one Philox call per 16 elements, is shared by twice the rows).
-template <int WARPS>
-__host__ __device__ constexpr int xt_min_blocks() { return WARPS == 4 ? 2 : 1; }
-
+// WARPS = 8: 128 rows, 1 CTA per SM.  (4 warps, 2 CTAs per SM, measured 13% slower: each
+// dequantized tile then serves half the rows; bench/NOTES.md.)
 template <int G, int WARPS>
-__global__ void __launch_bounds__(32 * WARPS, xt_min_blocks<WARPS>()) extend_tc_stage1(
+__global__ void __launch_bounds__(32 * WARPS, 1) extend_tc_stage1(
     const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
     const int* __restrict__ qo_indptr, const int* __restrict__ tile_req, const int* __restrict__ tile_q0,
     const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices, const int* __restrict__ kv_last_page_len,
@@ -314,7 +309,6 @@ __global__ void __launch_bounds__(32 * WARPS, xt_min_blocks<WARPS>()) extend_tc_
                     sh.sk4[at][4 + 2 * hf + gg] = __fmul_rn(sb[i][gg], sb[i][gg]);
                 }
             }
-            if (side == 0 && hf == 0) sh.valid[at] = valid[i];
         }
         constexpr int KU = IPT == 1 ? 2 : 1;  // Philox calls in flight per thread: two
 #pragma unroll KU
@@ -417,13 +411,15 @@ __global__ void __launch_bounds__(32 * WARPS, xt_min_blocks<WARPS>()) extend_tc_
         // ---- C: mask and online softmax (a row's maximum is shared by the quad of lanes holding it)
         float tmx[2] = {-INFINITY, -INFINITY};
         const float rsc[2] = {sh.rowc[wr0 + grp][8], sh.rowc[wr0 + grp + 8][8]};
-        const int rlen[2] = {sh.rowlen[wr0 + grp], sh.rowlen[wr0 + grp + 8]};
+        // a row attends the tile's tokens below min(its length, the split's end): the tile's valid
+        // tokens are a prefix (a bad page id poisons the whole split, so its zeros never count)
+        const i64 lim[2] = {min(tb, (i64)sh.rowlen[wr0 + grp]), min(tb, (i64)sh.rowlen[wr0 + grp + 8])};
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int rr = e >> 1, tl = 8 * nt + 2 * tig + (e & 1);
-                const bool v = sh.valid[tl] != 0 && t0 + tl < (i64)rlen[rr];
+                const bool v = t0 + tl < lim[rr];
                 S[nt][e] = v ? __fmul_rn(S[nt][e], rsc[rr]) : -INFINITY;  // ℓ̃ in log2 units
                 tmx[rr] = fmaxf(tmx[rr], S[nt][e]);
             }
@@ -543,7 +539,6 @@ __global__ void __launch_bounds__(32 * WARPS, xt_min_blocks<WARPS>()) extend_tc_
                                                     const int*, const int*, const int*, const int*, float*, float*, \
                                                     float*, float*, i64, int, int, int, int, int, int, int, int,   \
                                                     int, u32, u32, float, float, float);
-// the library launches WARPS = 8 (bench/NOTES.md: 4 warps measured 13% slower, and spills 8 bytes)
 #ifdef WITCERT_INSTANTIATE_ALL
 WC_XT_INST(1, 8)
 WC_XT_INST(2, 8)

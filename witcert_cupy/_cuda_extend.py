@@ -21,10 +21,10 @@ WARPS = 8  # warps per CTA; 16 query rows (new token × query head of one kv hea
 
 
 @functools.lru_cache(maxsize=None)
-def smem_bytes(warps=WARPS) -> int:
+def smem_bytes() -> int:
     """Dynamic shared memory of one CTA, read from the kernel source (its ``static_assert`` ties it
     to the struct)."""
-    m = re.search(rf"#define XT_SMEM_BYTES_W{warps} (\d+)", (kernel_dir() / "extend_tc.cu").read_text())
+    m = re.search(r"#define XT_SMEM_BYTES (\d+)", (kernel_dir() / "extend_tc.cu").read_text())
     return int(m.group(1))
 
 
@@ -48,9 +48,9 @@ def tc_extend_applies(pool, cert, num_q_heads) -> str | None:
     return None if not missing else "it needs " + ", ".join(missing)
 
 
-def default_num_splits(num_tiles, num_kv_heads, num_sms, max_pages, warps=WARPS):
-    """Splits so that the grid fills two waves of the resident CTAs; a long prefill needs none."""
-    target = 2 * (2 if warps == 4 else 1) * num_sms
+def default_num_splits(num_tiles, num_kv_heads, num_sms, max_pages):
+    """Splits so that the grid fills two waves of one CTA per SM; a long prefill needs none."""
+    target = 2 * num_sms
     return int(max(1, min(64, math.ceil(target / max(1, num_tiles * num_kv_heads)), max(1, max_pages))))
 
 
@@ -62,7 +62,7 @@ class ExtendPlan:
     request's page count (for the split count)."""
 
     def __init__(self, dev, q, layer, qo_host, kv_indptr, kv_indices, kv_last_page_len, causal, sm_scale, cert,
-                 num_splits, max_pages, warps=WARPS):
+                 num_splits, max_pages):
         import cupy as cp
 
         p = dev.pool
@@ -70,17 +70,14 @@ class ExtendPlan:
         if n * Hq >= 2**31:
             raise ValueError(f"extend of {n} query positions × {Hq} heads exceeds 2^31 rows: split the call")
         G = Hq // p.num_kv_heads
-        if warps != WARPS:  # the 4-warp variant was measured slower and is not built (bench/NOTES.md)
-            raise ValueError(f"warps must be {WARPS}, got {warps}")
-        self.warps = warps
-        qt = 16 * warps // G
+        qt = 16 * WARPS // G
         req, q0 = [], []
         for b in range(qo_host.shape[0] - 1):
             for i in range(int(qo_host[b]), int(qo_host[b + 1]), qt):
                 req.append(b)
                 q0.append(i)
         self.num_tiles = len(req)
-        ns = num_splits or default_num_splits(self.num_tiles, p.num_kv_heads, dev.num_sms, max_pages, warps)
+        ns = num_splits or default_num_splits(self.num_tiles, p.num_kv_heads, dev.num_sms, max_pages)
         self.dev, self.cert, self.ns, self.shape = dev, cert, int(ns), (n, Hq, d)
         self.q = cp.ascontiguousarray(q, dtype=cp.float32)
         self.qo = cp.asarray(qo_host, dtype=cp.int32)
@@ -102,10 +99,10 @@ class ExtendPlan:
         cfg = p.config
         k0, k1 = cfg.seed_words
         logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
-        self.stage1 = kernel("extend_tc.cu", None, f"extend_tc_stage1<{G}, {warps}>")
-        self.smem = smem_bytes(warps)
+        self.stage1 = kernel("extend_tc.cu", None, f"extend_tc_stage1<{G}, {WARPS}>")
+        self.smem = smem_bytes()
         self.stage1.max_dynamic_shared_size_bytes = self.smem
-        # the largest shared-memory carveout (two 4-warp CTAs take 2 × 111 KB of the 228 KB)
+        # the largest shared-memory carveout: 148 KB of shared memory per CTA
         self.stage1.preferred_shared_memory_carveout = 100
         self.args1 = (self.q, p.codes, p.scales.view(cp.uint16), self.qo, self.tile_req, self.tile_q0, self.ip,
                       self.ix, self.ll, self.o_part, self.lse_part, self.lam_part, self.cmax_part,
@@ -125,7 +122,7 @@ class ExtendPlan:
         n, Hq, d = self.shape
         if n == 0:
             return
-        self.stage1((self.num_tiles, self.dev.pool.num_kv_heads, self.ns), (32 * self.warps,), self.args1,
+        self.stage1((self.num_tiles, self.dev.pool.num_kv_heads, self.ns), (32 * WARPS,), self.args1,
                     shared_mem=self.smem)
         self.merge((n * Hq,), (min(d, 256),), self.args2)
         if self.cert is not None:
