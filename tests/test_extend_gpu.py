@@ -11,6 +11,8 @@ Rules (docs/certificate.md §9):
   with ``γ_t`` the tensor-core term the kernel adds to ``c_t``.
 - Certificates: zero violations against the float64 true TV from exact keys; ``cmax`` at least the
   CPU's (the kernel adds ``γ_t``) and within 1% of it.
+- Against torch SDPA fp16 itself (when torch is installed): the same flash-attention rule with the
+  real kernel as the baseline.
 """
 
 import numpy as np
@@ -225,3 +227,37 @@ def test_tc_kernel_choice_is_explicit():
             kernel="extend_tc")
     r = run(cfgpool, q, np.array([0, 4], np.int32), tabs, cert=wc.CertConfig(tier="AB", steps=4))
     assert r.kernel == "decode"
+
+
+def test_tc_extend_against_torch_sdpa_on_dequantized_values():
+    """Issue 6's external baseline: torch SDPA fp16 with the extend's causal structure (query i sees
+    the prefix and new tokens 0..i) on the dequantized cache.  o by the flash-attention rule against
+    it; both against the float64 attention on the same values."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    rng = np.random.default_rng(21)
+    H, G, S, n = 2, 4, 400, 96
+    cpu, gpu = pools(30, H)
+    pages = rng.permutation(30)[:25]
+    k = random_rows(rng, S, H, D, massive=[(9, 20.0)])
+    v = random_rows(rng, S, H, D)
+    for p in (cpu, gpu):
+        put(p, slots_of(pages, 0, S), k, v)
+    q = rng.standard_normal((n, H * G, D)).astype(np.float32)
+    tabs = table([pages], [S])
+    res = run(gpu, q, np.array([0, n], np.int32), tabs, cert=wc.CertConfig(steps=n))
+    assert res.kernel == "extend_tc"
+    pt = check_page_table(*tabs, batch=1, num_pages=cpu.num_pages, page_size=PS)
+    rows = reference.request_rows(cpu, 0, pt, 0)
+    kh, vh = rows["k_hat"], rows["v_hat"]
+    as_t = lambda a: torch.tensor(np.ascontiguousarray(a), device="cuda",  # noqa: E731
+                                  dtype=torch.float16).permute(1, 0, 2)[None]
+    mask = torch.ones(n, S, dtype=torch.bool, device="cuda").tril(diagonal=S - n)
+    o_sdpa = F.scaled_dot_product_attention(as_t(q), as_t(np.repeat(kh, G, axis=1)), as_t(np.repeat(vh, G, axis=1)),
+                                            attn_mask=mask)[0].permute(1, 0, 2).double().cpu().numpy()
+    o = _np(res.o)
+    for i in range(n):
+        o64, _ = reference.attention(q[i], kh[:S - n + i + 1], vh[:S - n + i + 1])
+        err, err_sdpa = np.abs(o[i] - o64).max(), np.abs(o_sdpa[i] - o64).max()
+        assert err <= 2 * err_sdpa + 1e-6 * np.abs(o64).max(), (i, err, err_sdpa)
