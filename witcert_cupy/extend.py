@@ -91,10 +91,10 @@ def extend_attention(q, pool, *, layer, qo_indptr, kv_indptr, kv_indices, kv_las
             raise ValueError(f"cert.steps ({cert.steps}) must count every certified query position "
                              f"(this call certifies up to {int(n_new.max())} per request)")
     ps = pool.page_size
+    seq = [pt.seq_len(b, ps) for b in range(B)]
     for b in range(B):
-        if n_new[b] > pt.seq_len(b, ps):
-            raise ValueError(f"request {b} has {n_new[b]} new tokens but its page table holds only "
-                             f"{pt.seq_len(b, ps)}")
+        if n_new[b] > seq[b]:
+            raise ValueError(f"request {b} has {n_new[b]} new tokens but its page table holds only {seq[b]}")
     if kernel != "decode":
         why = "the CPU backend runs the decode kernels" if be != "cuda" else None
         if why is None:
@@ -106,8 +106,7 @@ def extend_attention(q, pool, *, layer, qo_indptr, kv_indptr, kv_indices, kv_las
         if kernel == "extend_tc":
             raise ValueError(f"kernel='extend_tc' does not apply here: {why}")
     indptr, indices, last = [0], [], []
-    for b in range(B):
-        S = pt.seq_len(b, ps)
+    for b, S in enumerate(seq):
         pages = pt.indices[pt.indptr[b]:pt.indptr[b + 1]]
         for i in range(int(n_new[b])):
             length = S - n_new[b] + i + 1 if causal else S
