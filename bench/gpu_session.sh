@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (see the device notes: few, full calls): environment, the GPU test suite, the
 # compute-sanitizer fuzz, and the benchmarks.  Everything lands under $OUT (at most 8 files).
-#   bash bench/gpu_session.sh [tests|issue4|issue6|issue8|tp|quick|full]   (tests: no benchmarks; tp: + NCCL run)
+#   bash bench/gpu_session.sh [tests|issue4|issue5|issue6|issue8|tp|quick|full]   (tests: no benchmarks; tp: + NCCL run)
 set -u
 MODE=${1:-quick}
 export PYTHONPATH=.:tests PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupy_cache NUMBA_CACHE_DIR=/tmp/numba_cache
@@ -23,6 +23,15 @@ compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 python3 te
 echo "sanitizer exit code $?" >> "$OUT/sanitizer.log"
 tail -8 "$OUT/sanitizer.log"
 [ "$MODE" = tests ] && exit 0
+if [ "$MODE" = issue5 ]; then
+  echo "== write path, decode (quick shapes) and extend benchmarks"
+  {  # one log: 8 files at most come back
+    python3 bench/write.py --out "$OUT" 2>&1
+    python3 bench/decode.py --quick --out "$OUT" 2>&1
+    [ -z "${SKIP_EXTEND:-}" ] && python3 bench/extend.py --out "$OUT" 2>&1
+  } | tee "$OUT/bench.log" | grep -v "^\[decode\]\|^\[extend\]" | tail -70
+  exit 0
+fi
 if [ "$MODE" = issue6 ]; then
   echo "== extend (prefill) benchmark"
   python3 bench/extend.py --out "$OUT" 2>&1 | tee "$OUT/bench_extend.log" | tail -14

@@ -1,10 +1,12 @@
 """Write-path throughput (quantize + dither + scales + witness into the paged pool) against the
-device-to-device copy bandwidth measured in the same run.
+device-to-device copy bandwidth measured in the same run: the copy engine (cudaMemcpyAsync) and a
+16-byte-per-thread copy kernel; the goal (issue 5: >= 60%) is judged against the faster of the two.
 
     PYTHONPATH=. python3 bench/write.py [--out bench/results]
 
-Bytes counted for the write path: fp16 K and V read, codes + scales (+ witness) written.  Both are
-timed as CUDA-graph replays with events, median of many.
+Bytes counted for the write path: fp16 K and V read, codes + scales (+ witness) written.  All are
+timed as CUDA-graph replays with events, median of many.  Before timing, the first 2048 tokens of
+every configuration are checked bit for bit against the CPU twin (wc.quantize on NumPy arrays).
 """
 
 from __future__ import annotations
@@ -38,6 +40,18 @@ def main():
     copy_us, _ = time_cupy([lambda: cp.cuda.runtime.memcpyAsync(b.data.ptr, a.data.ptr, nbytes, 3,
                                                                 cp.cuda.get_current_stream().ptr)], args.reps)
     copy_gbps = 2 * nbytes / copy_us / 1e3
+    copy16 = cp.RawKernel(r"""
+    extern "C" __global__ void copy16(const uint4* __restrict__ a, uint4* __restrict__ b, long long n) {
+        for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+            b[i] = a[i];
+    }""", "copy16")
+    n16 = nbytes // 16
+    kcopy_us, _ = time_cupy([lambda: copy16((132 * 16,), (512,), (a, b, np.int64(n16)))], args.reps)
+    assert bool((b == a).all())
+    kcopy_gbps = 2 * nbytes / kcopy_us / 1e3
+    best_copy = max(copy_gbps, kcopy_gbps)
+    print(f"copy: cudaMemcpyAsync {copy_gbps:.0f} GB/s, copy kernel {kcopy_gbps:.0f} GB/s (bytes read + written)",
+          flush=True)
     a = b = None  # free before the pools are built
     rows = []
     H, d = 8, 128
@@ -49,18 +63,31 @@ def main():
         k = cp.asarray(rng.standard_normal((n, H, d)).astype(np.float16))
         v = cp.asarray(rng.standard_normal((n, H, d)).astype(np.float16))
         slots = cp.arange(n, dtype=cp.int64)
+        pool.write(0, slots, k, v)  # verify before timing: the first tokens against the CPU twin
+        m = 2048
+        for side, x in ((0, k), (1, v)):
+            ref = wc.quantize(x[:m].get(), np.arange(m), layer=0, side="kv"[side], config=cfg)
+            got_codes = pool.codes[0, side, :, :m].get().transpose(1, 0, 2)
+            got_scales = pool.scales[0, side, :, :m].get().transpose(1, 0, 2)
+            assert np.array_equal(got_codes, ref.codes), "codes differ from the CPU twin"
+            assert np.array_equal(got_scales.view(np.uint16), ref.scales.view(np.uint16)), "scales differ"
+            if bands:
+                got_w = pool.witness[0, side, :, :m].get().transpose(1, 0, 2)
+                assert np.array_equal(got_w.view(np.uint16), ref.witness.view(np.uint16)), "witness differs"
         us, _ = time_cupy([lambda: pool.write(0, slots, k, v)], args.reps)
         moved = n * H * (2 * 2 * d + 2 * cfg.bytes_per_token_side())
         rows.append(dict(method="witcert_write", tokens=n, kv_heads=H, head_dim=d, dither_bits=bits,
                          witness_bands=bands, us=us, gbps=moved / us / 1e3, copy_gbps=copy_gbps,
-                         ratio_copy=moved / us / 1e3 / copy_gbps))
+                         kernel_copy_gbps=kcopy_gbps, ratio_copy=moved / us / 1e3 / best_copy,
+                         ratio_memcpy=moved / us / 1e3 / copy_gbps))
         print(f"write bits={bits} bands={bands}: {us:.1f} us, {moved / us / 1e3:.0f} GB/s = "
-              f"{rows[-1]['ratio_copy']:.2f} of copy ({copy_gbps:.0f} GB/s)", flush=True)
+              f"{rows[-1]['ratio_copy']:.2f} of the best copy ({best_copy:.0f} GB/s), verified", flush=True)
         pool = k = v = None
         cp.get_default_memory_pool().free_all_blocks()
     date = datetime.date.today().isoformat()
     dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    meta = {"date": date, "gpu": dev["name"].decode(), "copy_gbps": copy_gbps, "copy_bytes": 2 * nbytes,
+    meta = {"date": date, "gpu": dev["name"].decode(), "copy_gbps": copy_gbps, "kernel_copy_gbps": kcopy_gbps,
+            "copy_bytes": 2 * nbytes, "ratio_copy_is_against": "max(copy_gbps, kernel_copy_gbps)",
             "command": " ".join(["python3"] + sys.argv), "cupy": cp.__version__}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

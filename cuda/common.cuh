@@ -89,6 +89,19 @@ WC_D u32 f32_to_f16_ru(float x) {
     return h;
 }
 
+// x / b rounded to nearest (IEEE fp32 division) from rcp = __frcp_rn(b): two residual corrections
+// (Markstein), the hardware division's fast path with the reciprocal hoisted out of a scale group.
+// Exact for fp16 x and fp16 b in [2^-24, 65504] (the write path's operands: every intermediate is
+// a normal fp32 number, so flush-to-zero cannot act); tests/test_gpu.py checks it against
+// division for all such pairs.
+WC_D float quotient_rn(float x, float b, float rcp) {
+    float q = __fmul_rn(x, rcp);
+    float e = __fmaf_rn(-b, q, x);
+    q = __fmaf_rn(e, rcp, q);
+    e = __fmaf_rn(-b, q, x);
+    return __fmaf_rn(e, rcp, q);
+}
+
 // next float32 above a finite x > 0; 0 and inf are returned unchanged (only used on magnitudes).
 WC_D float next_up(float x) {
     return (x > 0.0f && x <= WC_F32_MAX) ? f32_from_bits(f32_bits(x) + 1u) : x;
@@ -123,6 +136,12 @@ WC_D RequestPages request_pages(const int* kv_indptr, const int* kv_last_page_le
     r.poisoned = r.poisoned || (r.npages > 0 && (last < 1 || last > (1 << page_shift)));
     r.S = r.npages == 0 ? 0 : ((i64)(r.npages - 1) << page_shift) + last;
     return r;
+}
+
+// The pool slot of token `tok` of a request, on page `page` (read from kv_indices), or -1 when the
+// page id is outside [0, num_pages): the caller then poisons the request and reads nothing.
+WC_D i64 slot_of(int page, i64 tok, int page_shift, int num_pages) {
+    return page < 0 || page >= num_pages ? (i64)-1 : ((i64)page << page_shift) + (tok & ((1 << page_shift) - 1));
 }
 
 // Stage-1 split statistics of one (row, split) (SPEC §6): a poisoned split carries NaN lse and an

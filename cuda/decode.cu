@@ -290,11 +290,12 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
             te[u] = -1;
             if (valid[u]) {
                 const int page = a.kv_indices[p0 + (int)(t >> a.page_shift)];
-                if (page < 0 || page >= a.num_pages) {
+                slot[u] = slot_of(page, t, a.page_shift, a.num_pages);
+                if (slot[u] < 0) {
                     poisoned = true;
                     valid[u] = false;
+                    slot[u] = 0;
                 } else {
-                    slot[u] = ((i64)page << a.page_shift) + (t & (ps - 1));
                     if (a.tier_map != nullptr) {
                         const int e = a.tier_map[(i64)h * a.tier_stride + page];
                         te[u] = e >= 0 && e < a.tier_cap ? e : -1;

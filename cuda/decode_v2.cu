@@ -39,8 +39,8 @@ __device__ __forceinline__ float v2_warp_sum(float v) {
 }
 
 // CTAs per SM the register budget is set for: 4 up to G = 4 (the shared tiles allow 4); 3 above,
-// where the accumulators of o grow; 2 at G = 5, where ptxas otherwise spills (it then takes 214).
-__host__ __device__ constexpr int v2_min_blocks(int g) { return g <= 4 ? 4 : (g == 5 ? 2 : 3); }
+// where the accumulators of o grow; 2 at G = 5 and 8, where ptxas otherwise spills.
+__host__ __device__ constexpr int v2_min_blocks(int g) { return g <= 4 ? 4 : (g == 5 || g == 8 ? 2 : 3); }
 
 template <int G>
 __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G)) decode_stage1_v2(
@@ -127,8 +127,11 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G)) decode_stage1_v2
     float acc[G];
 #pragma unroll
     for (int g = 0; g < G; ++g) acc[g] = 0.0f;
-    // head statistics, held by the head's warp (identical in its lanes); m2 == +inf is sticky
+    // head statistics of the head's warp: the softmax maximum m is warp-uniform (phase C scales by
+    // it); the sums l, the certificate's own running maximum m2 and sum l2 (SPEC §6), cmax and the
+    // infinite-c_t flag are per lane (its tokens) and reduced once after the last tile
     float m[NH], l[NH], m2[NH], l2[NH], cmx[NH];
+    bool cinf[NH];
 #pragma unroll
     for (int j = 0; j < NH; ++j) {
         m[j] = -INFINITY;
@@ -136,6 +139,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G)) decode_stage1_v2
         m2[j] = -INFINITY;
         l2[j] = 0.0f;
         cmx[j] = 0.0f;
+        cinf[j] = false;
     }
 
     for (i64 t0 = ta; t0 < tb; t0 += V2_TILE) {
@@ -144,6 +148,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G)) decode_stage1_v2
         bool valid = tok < tb;
         i64 slot = 0;
         if (valid) {
+            // slot_of (common.cuh) written out: through the helper ptxas spills 4 bytes at G = 2 and 8
             const int page = kv_indices[p0 + (int)(tok >> page_shift)];
             if (page < 0 || page >= num_pages) {
                 poisoned = true;
@@ -204,6 +209,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G)) decode_stage1_v2
             const bool v = valid_s[lane] != 0;
             const float4* kr = reinterpret_cast<const float4*>(&Ks[lane][0]);
             const float4* qr = reinterpret_cast<const float4*>(&q_s[g][0]);
+            // channel order, as the CPU twin: large logits amplify a different summation order's
+            // rounding past the SPEC §9 rule (four partial sums failed it in run 19, and gained nothing)
             float dot = 0.0f;
 #pragma unroll 8
             for (int c = 0; c < D / 4; ++c) {
@@ -229,7 +236,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G)) decode_stage1_v2
                     u2 += sg * sg * bq2[g][gr];
                     be += sg * bq1[g][gr];
                 }
-                float c2 = (sqrtf(u2) + be) * (float)WC_C_EVAL_SLACK;
+                // sqrt as u2·rsqrt(u2): within a few ulps, far inside C_EVAL_SLACK (as extend_tc)
+                float c2 = ((u2 > 0.0f ? u2 * rsqrtf(u2) : 0.0f) + be) * (float)WC_C_EVAL_SLACK;
                 c2 = c2 <= WC_F32_MAX ? c2 : INFINITY;
                 c = fminf(c, c2);
             }
@@ -240,22 +248,18 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G)) decode_stage1_v2
                 sc = exp2f(m[j] - mn);
                 p = v ? exp2f(lt - mn) : 0.0f;
             }
-            l[j] = l[j] * sc + v2_warp_sum(p);
+            l[j] = l[j] * sc + p;
             m[j] = mn;
             P[g][lane] = p;
             if (lane == 0) st[g][5] = sc;
-            if (tier) {
-                cmx[j] = fmaxf(cmx[j], v2_warp_max(v ? c : 0.0f));
-                if (__any_sync(0xffffffffu, v && c == INFINITY)) m2[j] = INFINITY;
-                if (m2[j] != INFINITY) {
-                    const float x = v ? lt + c * V2_LOG2E : -INFINITY;
-                    const float mx2 = v2_warp_max(x);
-                    if (mx2 != -INFINITY) {
-                        const float mn2 = fmaxf(m2[j], mx2);
-                        const float e = v2_warp_sum(v ? exp2f(x - mn2) : 0.0f);
-                        l2[j] = l2[j] * exp2f(m2[j] - mn2) + e;
-                        m2[j] = mn2;
-                    }
+            if (tier && v) {
+                cmx[j] = fmaxf(cmx[j], c);
+                cinf[j] = cinf[j] || c == INFINITY;  // sticky: λ = +inf ("no guarantee")
+                const float x = c == INFINITY ? -INFINITY : lt + c * V2_LOG2E;
+                const float mn2 = fmaxf(m2[j], x);
+                if (mn2 != -INFINITY) {
+                    l2[j] = l2[j] * exp2f(m2[j] - mn2) + exp2f(x - mn2);
+                    m2[j] = mn2;
                 }
             }
             }
@@ -280,16 +284,24 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G)) decode_stage1_v2
         __syncthreads();
     }
 
-    // ---- outputs: the heads' statistics through shared memory, then o, lse, λ, cmax
+    // ---- outputs: the heads' statistics reduced over the lanes and passed through shared memory,
+    // then o, lse, λ, cmax
 #pragma unroll
     for (int j = 0; j < NH; ++j) {
         const int g = warp + 4 * j;
-        if (g < G && lane == 0) {
-            st[g][0] = m[j];
-            st[g][1] = l[j];
-            st[g][2] = m2[j];
-            st[g][3] = l2[j];
-            st[g][4] = cmx[j];
+        if (g < G) {  // warp-uniform
+            const float L = v2_warp_sum(l[j]);
+            const float M2 = v2_warp_max(m2[j]);
+            const float L2 = v2_warp_sum(m2[j] == -INFINITY ? 0.0f : l2[j] * exp2f(m2[j] - M2));
+            const float CM = v2_warp_max(cmx[j]);
+            const bool CI = __any_sync(0xffffffffu, cinf[j]);
+            if (lane == 0) {
+                st[g][0] = m[j];
+                st[g][1] = L;
+                st[g][2] = CI ? INFINITY : M2;
+                st[g][3] = L2;
+                st[g][4] = CM;
+            }
         }
     }
     poisoned = __syncthreads_or(poisoned);

@@ -34,24 +34,29 @@
 #define XT_LOG2E 1.4426950408889634f
 #define XT_LN2 0.6931471805599453f
 
-template <int ROWS>
+#define XT_WARPS 8
+#define XT_THREADS (32 * XT_WARPS)
+#define XT_ROWS (16 * XT_WARPS)  // query rows per CTA: 16 per warp
+
 struct XtShared {
-    u16 qh[ROWS][XT_PITCH];     // row-scaled query, high fp16 part
-    u16 ql[ROWS][XT_PITCH];     // low part: qs − qh rounded to fp16
+    u16 qh[XT_ROWS][XT_PITCH];     // row-scaled query, high fp16 part
+    u16 ql[XT_ROWS][XT_PITCH];     // low part: qs − qh rounded to fp16
     u16 kc[XT_TILE][XT_PITCH];  // K codes, exact in fp16
     u16 kx[XT_TILE][XT_PITCH];  // −ξ of K, exact in fp16
     u16 vh[XT_TILE][XT_PITCH];  // V̂ rounded to fp16
     float sk[XT_NG][XT_TILE];   // K scales [group][token]: the column scaling after each group's mma
     float sk4[XT_TILE][8];      // per token: s_g and s_g², for c_t
-    float rowc[ROWS][12];       // per row (16-byte aligned): 2(sm²/12)Q2_g·log(2S/δ) [4], sm(Q1_g·β + 127E2_g + ½E1_g) [4], ℓ̃ scale
-    int rowlen[ROWS];           // tokens the row attends (0: no query in this row)
-    int rowout[ROWS];           // the row's (query, head) index qi·Hq + head, or -1
+    float rowc[XT_ROWS][12];       // per row (16-byte aligned): 2(sm²/12)Q2_g·log(2S/δ) [4], sm(Q1_g·β + 127E2_g + ½E1_g) [4], ℓ̃ scale
+    int rowlen[XT_ROWS];           // tokens the row attends (0: no query in this row)
+    int rowout[XT_ROWS];           // the row's (query, head) index qi·Hq + head, or -1
     int4 stg[2][XT_TILE][9];    // raw codes of the next tile (K, V), 144-byte rows: conflict-free reads
     u32 stg_sc[2][XT_TILE][2];  // their scales: each half-row's two groups (4 bytes)
 };
 // the launch layer reads this number from here (witcert_cupy/_cuda_extend.py): 8 warps, 128 rows
 #define XT_SMEM_BYTES 151552
-static_assert(sizeof(XtShared<128>) == XT_SMEM_BYTES, "XT_SMEM_BYTES must be sizeof(XtShared<128>)");
+static_assert(sizeof(XtShared) == XT_SMEM_BYTES, "XT_SMEM_BYTES must be sizeof(XtShared)");
+// one dequantization item (side, token, half-row) per thread: 2 sides × 64 tokens × 2 halves
+static_assert(4 * XT_TILE == XT_THREADS, "the dequantization gives each thread exactly one half-row");
 
 WC_D u32 xt_smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 
@@ -114,10 +119,10 @@ WC_D float xt_quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// WARPS = 8: 128 rows, 1 CTA per SM.  (4 warps, 2 CTAs per SM, measured 13% slower: each
+// 8 warps: 128 rows, 1 CTA per SM.  (4 warps, 2 CTAs per SM, measured 13% slower: each
 // dequantized tile then serves half the rows; bench/NOTES.md.)
-template <int G, int WARPS>
-__global__ void __launch_bounds__(32 * WARPS, 1) extend_tc_stage1(
+template <int G>
+__global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
     const int* __restrict__ qo_indptr, const int* __restrict__ tile_req, const int* __restrict__ tile_q0,
     const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices, const int* __restrict__ kv_last_page_len,
@@ -125,12 +130,9 @@ __global__ void __launch_bounds__(32 * WARPS, 1) extend_tc_stage1(
     float* __restrict__ cmax_part, i64 N, int H, int layer, int head_base, int page_shift, int num_pages, int nnz,
     int num_splits, int causal, int tier, u32 k0, u32 k1, float sm, float log_budget, float beta_steps) {
     constexpr int D = XT_D;
-    constexpr int NT = 32 * WARPS;
-    constexpr int ROWS = 16 * WARPS;
-    constexpr int QT = ROWS / G;        // new tokens per tile
-    constexpr int IPT = 4 * XT_TILE / NT;  // dequantization items (token, side, half-row) per thread
+    constexpr int QT = XT_ROWS / G;  // new tokens per tile
     extern __shared__ __align__(16) unsigned char xt_raw[];
-    XtShared<ROWS>& sh = *reinterpret_cast<XtShared<ROWS>*>(xt_raw);
+    XtShared& sh = *reinterpret_cast<XtShared*>(xt_raw);
 
     const int tile = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -234,139 +236,114 @@ __global__ void __launch_bounds__(32 * WARPS, 1) extend_tc_stage1(
     float cmx[2] = {0.f, 0.f};
     bool cinf[2] = {false, false};
 
-    // Dequantization items: item it = i·NT + tid is (side it >> 7, token (it & 127) >> 1, half-row
-    // it & 1), so a warp's items share one side.  The next tile's codes and scales travel by
-    // cp.async into a staging buffer while this tile computes; its page ids are loaded a tile
-    // earlier still.  Why: each tile's two dependent global round trips (page id, then codes)
-    // otherwise stall the SM.
-    bool cur_valid[IPT];
-    u32 cur_slot[IPT];  // slots are below 2^32 (SPEC §2: ctr0)
-    int pg_next[IPT];
-    auto item_side = [&](int i) { return (i * NT + tid) >> 7; };
-    auto item_tok = [&](int i) { return ((i * NT + tid) & 127) >> 1; };
-    const int hf = tid & 1;
-    auto page_of = [&](i64 t0n, int i) {
-        const i64 tok = t0n + item_tok(i);
+    // Dequantization item of this thread: side tid >> 7, token (tid & 127) >> 1, half-row tid & 1,
+    // so a warp's items share one side.  The next tile's codes and scales travel by cp.async into a
+    // staging buffer while this tile computes; its page ids are loaded a tile earlier still.  Why:
+    // each tile's two dependent global round trips (page id, then codes) otherwise stall the SM.
+    const int side = tid >> 7, at = (tid & 127) >> 1, hf = tid & 1;
+    bool cur_valid = false;
+    u32 cur_slot = 0;  // slots are below 2^32 (SPEC §2: ctr0)
+    int pg_next = 0;
+    auto page_of = [&](i64 t0n) {
+        const i64 tok = t0n + at;
         return tok < tb ? kv_indices[p0 + (int)(tok >> page_shift)] : 0;
     };
     auto issue = [&](i64 t0n) {
+        const i64 tok = t0n + at;
+        i64 sl = tok < tb ? slot_of(pg_next, tok, page_shift, num_pages) : 0;
+        cur_valid = tok < tb && sl >= 0;
+        if (sl < 0) {
+            poisoned = true;
+            sl = 0;
+        }
+        cur_slot = (u32)sl;
+        if (cur_valid) {
+            const i64 row = (side ? rowV : rowK) + sl;
+            const int4* src = reinterpret_cast<const int4*>(codes + row * D + hf * 64);
 #pragma unroll
-        for (int i = 0; i < IPT; ++i) {
-            const int at = item_tok(i), side = item_side(i);
-            const i64 tok = t0n + at;
-            const int page = pg_next[i];
-            bool v = tok < tb;
-            cur_slot[i] = 0;
-            if (v) {
-                if (page < 0 || page >= num_pages) {
-                    poisoned = true;
-                    v = false;
-                } else {
-                    cur_slot[i] = (u32)(((i64)page << page_shift) + (tok & (ps - 1)));
-                }
-            }
-            cur_valid[i] = v;
-            if (v) {
-                const i64 row = (side ? rowV : rowK) + cur_slot[i];
-                const int4* src = reinterpret_cast<const int4*>(codes + row * D + hf * 64);
-#pragma unroll
-                for (int k = 0; k < 4; ++k) cp_async16(&sh.stg[side][at][hf * 4 + k], src + k);
-                cp_async4(&sh.stg_sc[side][at][hf], scales + row * XT_NG + 2 * hf);
-            }
+            for (int k = 0; k < 4; ++k) cp_async16(&sh.stg[side][at][hf * 4 + k], src + k);
+            cp_async4(&sh.stg_sc[side][at][hf], scales + row * XT_NG + 2 * hf);
         }
         cp_async_commit();
     };
     if (ta < tb) {
-#pragma unroll
-        for (int i = 0; i < IPT; ++i) pg_next[i] = page_of(ta, i);
+        pg_next = page_of(ta);
         issue(ta);
     }
 
     for (i64 t0 = ta; t0 < tb; t0 += XT_TILE) {
-        bool valid[IPT];
-        u32 slot[IPT];
-#pragma unroll
-        for (int i = 0; i < IPT; ++i) {
-            valid[i] = cur_valid[i];
-            slot[i] = cur_slot[i];
-            pg_next[i] = t0 + XT_TILE < tb ? page_of(t0 + XT_TILE, i) : 0;  // used after the dequantization
-        }
+        const bool valid = cur_valid;
+        const u32 slot = cur_slot;
+        pg_next = t0 + XT_TILE < tb ? page_of(t0 + XT_TILE) : 0;  // used after the dequantization
         cp_async_wait_all();
         __syncthreads();  // staging holds this tile; the previous tile's shared tiles are no longer read
         // ---- A: dequantize: K half-rows into exact fp16 operands, V half-rows into x̂ rounded to fp16
-        float sb[IPT][2];
-#pragma unroll
-        for (int i = 0; i < IPT; ++i) {
-            const int at = item_tok(i), side = item_side(i);
+        float sb[2];
+        {
             const u32 sc = sh.stg_sc[side][at][hf];
 #pragma unroll
             for (int gg = 0; gg < 2; ++gg) {
-                sb[i][gg] = valid[i] ? f16_to_f32((u16)(sc >> (16 * gg))) : 0.0f;
-                if (!(sb[i][gg] <= WC_F32_MAX)) poisoned = true;
+                sb[gg] = valid ? f16_to_f32((u16)(sc >> (16 * gg))) : 0.0f;
+                if (!(sb[gg] <= WC_F32_MAX)) poisoned = true;
                 if (side == 0) {
-                    sh.sk[2 * hf + gg][at] = sb[i][gg];
-                    sh.sk4[at][2 * hf + gg] = sb[i][gg];
-                    sh.sk4[at][4 + 2 * hf + gg] = __fmul_rn(sb[i][gg], sb[i][gg]);
+                    sh.sk[2 * hf + gg][at] = sb[gg];
+                    sh.sk4[at][2 * hf + gg] = sb[gg];
+                    sh.sk4[at][4 + 2 * hf + gg] = __fmul_rn(sb[gg], sb[gg]);
                 }
             }
         }
-        constexpr int KU = IPT == 1 ? 2 : 1;  // Philox calls in flight per thread: two
-#pragma unroll KU
+#pragma unroll 2  // two Philox calls in flight per thread
         for (int k = 0; k < 4; ++k) {
             const int chunk = hf * 4 + k;  // 16 channels per 8-bit Philox call (SPEC §2)
+            uint4* d0 = reinterpret_cast<uint4*>(side == 0 ? &sh.kc[at][hf * 64 + 16 * k] : &sh.vh[at][hf * 64 + 16 * k]);
+            uint4* d1 = reinterpret_cast<uint4*>(&sh.kx[at][hf * 64 + 16 * k]);
+            if (!valid) {
+                d0[0] = d0[1] = make_uint4(0u, 0u, 0u, 0u);
+                if (side == 0) d1[0] = d1[1] = make_uint4(0u, 0u, 0u, 0u);
+                continue;
+            }
+            const int4 raw = sh.stg[side][at][hf * 4 + k];
+            const u32x4 wr = philox10(slot, dither_ctr1(side, chunk), ctr2, 0u, k0, k1);
+            const u32 cw[4] = {(u32)raw.x, (u32)raw.y, (u32)raw.z, (u32)raw.w};
+            const u32 xw[4] = {wr.x, wr.y, wr.z, wr.w};
+            if (side == 0) {
+                u32 kh[8], xh[8];
 #pragma unroll
-            for (int i = 0; i < IPT; ++i) {
-                const int at = item_tok(i), side = item_side(i);
-                uint4* d0 = reinterpret_cast<uint4*>(side == 0 ? &sh.kc[at][hf * 64 + 16 * k] : &sh.vh[at][hf * 64 + 16 * k]);
-                uint4* d1 = reinterpret_cast<uint4*>(&sh.kx[at][hf * 64 + 16 * k]);
-                if (!valid[i]) {
-                    d0[0] = d0[1] = make_uint4(0u, 0u, 0u, 0u);
-                    if (side == 0) d1[0] = d1[1] = make_uint4(0u, 0u, 0u, 0u);
-                    continue;
+                for (int w = 0; w < 4; ++w) {
+                    // code k: byte k+128 under the exponent of 1024 gives 1024 + k + 128, exactly
+                    const u32 u = cw[w] ^ 0x80808080u;
+                    kh[2 * w] = hsub2(__byte_perm(u, 0x64646464u, 0x5140), c1152);
+                    kh[2 * w + 1] = hsub2(__byte_perm(u, 0x64646464u, 0x5342), c1152);
+                    // dither field j: (1024 + j)·(−1/256) + 4.5 = (128 − j)/256, then − 1/512 = −ξ (exact)
+                    xh[2 * w] = hsub2(hfma2(__byte_perm(xw[w], 0x64646464u, 0x5140), cm256, c4_5), c512);
+                    xh[2 * w + 1] = hsub2(hfma2(__byte_perm(xw[w], 0x64646464u, 0x5342), cm256, c4_5), c512);
                 }
-                const int4 raw = sh.stg[side][at][hf * 4 + k];
-                const u32x4 wr = philox10(slot[i], dither_ctr1(side, chunk), ctr2, 0u, k0, k1);
-                const u32 cw[4] = {(u32)raw.x, (u32)raw.y, (u32)raw.z, (u32)raw.w};
-                const u32 xw[4] = {wr.x, wr.y, wr.z, wr.w};
-                if (side == 0) {
-                    u32 kh[8], xh[8];
+                d0[0] = make_uint4(kh[0], kh[1], kh[2], kh[3]);
+                d0[1] = make_uint4(kh[4], kh[5], kh[6], kh[7]);
+                d1[0] = make_uint4(xh[0], xh[1], xh[2], xh[3]);
+                d1[1] = make_uint4(xh[4], xh[5], xh[6], xh[7]);
+            } else {
+                const float sbv = k < 2 ? sb[0] : sb[1], nsb = -sbv * 0.001953125f;
+                u32 vhw[8];
 #pragma unroll
-                    for (int w = 0; w < 4; ++w) {
-                        // code k: byte k+128 under the exponent of 1024 gives 1024 + k + 128, exactly
-                        const u32 u = cw[w] ^ 0x80808080u;
-                        kh[2 * w] = hsub2(__byte_perm(u, 0x64646464u, 0x5140), c1152);
-                        kh[2 * w + 1] = hsub2(__byte_perm(u, 0x64646464u, 0x5342), c1152);
-                        // dither field j: (1024 + j)·(−1/256) + 4.5 = (128 − j)/256, then − 1/512 = −ξ (exact)
-                        xh[2 * w] = hsub2(hfma2(__byte_perm(xw[w], 0x64646464u, 0x5140), cm256, c4_5), c512);
-                        xh[2 * w + 1] = hsub2(hfma2(__byte_perm(xw[w], 0x64646464u, 0x5342), cm256, c4_5), c512);
+                for (int w = 0; w < 4; ++w) {
+                    const u32 u = cw[w] ^ 0x80808080u;
+                    float xv[4];
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        // k + 32768.5 and 2^23 + j exactly, then k + (128 − j)/256 exactly; x̂ =
+                        // sb·(that − 1/512) with one rounding = fl(sb·(k − ξ)), the reference's x̂
+                        const float kb = __fadd_rn(__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440 | j)),
+                                                   -8355967.5f);
+                        const float jf = __uint_as_float(__byte_perm(xw[w], 0x4B000000u, 0x7440 | j));
+                        const float kx = __fmaf_rn(jf, -0.00390625f, kb);
+                        xv[j] = __fmaf_rn(sbv, kx, nsb);
                     }
-                    d0[0] = make_uint4(kh[0], kh[1], kh[2], kh[3]);
-                    d0[1] = make_uint4(kh[4], kh[5], kh[6], kh[7]);
-                    d1[0] = make_uint4(xh[0], xh[1], xh[2], xh[3]);
-                    d1[1] = make_uint4(xh[4], xh[5], xh[6], xh[7]);
-                } else {
-                    const float sbv = k < 2 ? sb[i][0] : sb[i][1], nsb = -sbv * 0.001953125f;
-                    u32 vhw[8];
-#pragma unroll
-                    for (int w = 0; w < 4; ++w) {
-                        const u32 u = cw[w] ^ 0x80808080u;
-                        float xv[4];
-#pragma unroll
-                        for (int j = 0; j < 4; ++j) {
-                            // k + 32768.5 and 2^23 + j exactly, then k + (128 − j)/256 exactly; x̂ =
-                            // sb·(that − 1/512) with one rounding = fl(sb·(k − ξ)), the reference's x̂
-                            const float kb = __fadd_rn(__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440 | j)),
-                                                       -8355967.5f);
-                            const float jf = __uint_as_float(__byte_perm(xw[w], 0x4B000000u, 0x7440 | j));
-                            const float kx = __fmaf_rn(jf, -0.00390625f, kb);
-                            xv[j] = __fmaf_rn(sbv, kx, nsb);
-                        }
-                        vhw[2 * w] = pack_f16x2(xv[0], xv[1]);
-                        vhw[2 * w + 1] = pack_f16x2(xv[2], xv[3]);
-                    }
-                    d0[0] = make_uint4(vhw[0], vhw[1], vhw[2], vhw[3]);
-                    d0[1] = make_uint4(vhw[4], vhw[5], vhw[6], vhw[7]);
+                    vhw[2 * w] = pack_f16x2(xv[0], xv[1]);
+                    vhw[2 * w + 1] = pack_f16x2(xv[2], xv[3]);
                 }
+                d0[0] = make_uint4(vhw[0], vhw[1], vhw[2], vhw[3]);
+                d0[1] = make_uint4(vhw[4], vhw[5], vhw[6], vhw[7]);
             }
         }
         __syncthreads();
@@ -534,18 +511,18 @@ __global__ void __launch_bounds__(32 * WARPS, 1) extend_tc_stage1(
     }
 }
 
-#define WC_XT_INST(G, W)                                                                                       \
-    template __global__ void extend_tc_stage1<G, W>(const float*, const i8*, const u16*, const int*, const int*, \
+#define WC_XT_INST(G)                                                                                          \
+    template __global__ void extend_tc_stage1<G>(const float*, const i8*, const u16*, const int*, const int*, \
                                                     const int*, const int*, const int*, const int*, float*, float*, \
                                                     float*, float*, i64, int, int, int, int, int, int, int, int,   \
                                                     int, u32, u32, float, float, float);
 #ifdef WITCERT_INSTANTIATE_ALL
-WC_XT_INST(1, 8)
-WC_XT_INST(2, 8)
-WC_XT_INST(3, 8)
-WC_XT_INST(4, 8)
-WC_XT_INST(5, 8)
-WC_XT_INST(6, 8)
-WC_XT_INST(7, 8)
-WC_XT_INST(8, 8)
+WC_XT_INST(1)
+WC_XT_INST(2)
+WC_XT_INST(3)
+WC_XT_INST(4)
+WC_XT_INST(5)
+WC_XT_INST(6)
+WC_XT_INST(7)
+WC_XT_INST(8)
 #endif

@@ -56,125 +56,192 @@ __device__ __forceinline__ float row_xi(int c, u32 slot, int side, int layer, in
     return xi_of(s, c % pc, bits);
 }
 
-#define WR_WARPS 8
+// Channels per thread in write_rows: one 8-bit Philox call (two at 16 bits, four at 24), one
+// 16-byte code store, and at fp16 input two 16-byte loads.  The GPU requires group_size % 16 == 0
+// (_cuda.check_gpu_config), so a scale group is a whole number of threads.
+#define WR_CPT 16
+#define WR_THREADS 256
 
-// write_rows: one warp per row (token i, kv head h, side), WR_WARPS rows per block; lane L owns the
-// d/32 consecutive channels [L*cpl, L*cpl + cpl).  Group amax and flags reduce with shuffles over
-// the gs/cpl lanes of a group; the witness bands are summed sequentially by one lane each from a
-// per-warp shared buffer (the CPU twin's order).  No block-wide barrier: rows are independent.
-template <int D>
+// The thread's 16 input values as packed fp16 pairs (wider dtypes rounded to nearest on entry).
+// `vec`: the row start is 16-byte aligned for every dtype (checked on the host), so the fp16 and
+// fp32 inputs take vector loads; any other case reads element by element, with the same result.
+__device__ __forceinline__ void load_f16x16(const void* base, i64 idx, int dtype, bool vec, u32 (&h2)[WR_CPT / 2]) {
+    if (vec && dtype == IN_F16) {
+        const uint4* p = reinterpret_cast<const uint4*>((const u16*)base + idx);
+        const uint4 a = __ldg(p), b = __ldg(p + 1);
+        h2[0] = a.x; h2[1] = a.y; h2[2] = a.z; h2[3] = a.w;
+        h2[4] = b.x; h2[5] = b.y; h2[6] = b.z; h2[7] = b.w;
+    } else if (vec && dtype == IN_F32) {
+        const float4* p = reinterpret_cast<const float4*>((const float*)base + idx);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const float4 f = __ldg(p + q);
+            h2[2 * q] = f32_to_f16_rn(f.x) | (f32_to_f16_rn(f.y) << 16);
+            h2[2 * q + 1] = f32_to_f16_rn(f.z) | (f32_to_f16_rn(f.w) << 16);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < WR_CPT / 2; ++j)
+            h2[j] = (u32)load_as_f16(base, idx + 2 * j, dtype) | ((u32)load_as_f16(base, idx + 2 * j + 1, dtype) << 16);
+    }
+}
+
+// ξ of element e (< per_call) of one Philox call, exact.  At 8 bits the dither byte j goes into
+// the mantissa of 2^23 + 256 j (one byte permute), and the subtraction leaves 256 (j − 127.5)
+// exactly, which is ξ · 2^16 (SPEC §2: ξ = (2j + 1 − 256) / 512).
+template <int BITS>
+__device__ __forceinline__ float xi_exact(const u32x4& w, int e) {
+    if constexpr (BITS == 8) {
+        const u32 t = __byte_perm(word_of(w, e >> 2), 0x4B000000u, 0x7504u | ((u32)(e & 3) << 4));
+        return __fmul_rn(__fsub_rn(__uint_as_float(t), 8421248.0f), 0x1p-16f);  // 2^23 + 256 * 127.5
+    } else {
+        return xi_of(w, e, BITS);
+    }
+}
+
+// 1.5 · 2^23: for |z| < 2^22, z + WR_RINT_MAGIC rounds z to an integer, ties to even (= rintf),
+// and the low byte of the sum's bits is that integer as an int8.
+#define WR_RINT_MAGIC 12582912.0f
+
+// write_rows: grid (ceil(n / rows per block), H · nsides), block WR_THREADS.  WR_CPT channels of one
+// row (token i, kv head h, side) per thread, D / WR_CPT threads per row (a power of two that divides
+// 32: a row never leaves its warp), WR_THREADS / (D / WR_CPT) consecutive tokens of one (kv head,
+// side) per block, so the block's code rows are contiguous in the pool and no thread divides a
+// 64-bit index.  Each thread computes its own Philox call(s): every call runs once per row.
+// Group amax and the non-finite flags reduce with shuffles over the row's lanes; the witness bands
+// are summed sequentially by one lane each from shared memory (the CPU twin's order).  x / sb is
+// the IEEE quotient from the group's reciprocal (quotient_rn, checked against division for every
+// fp16 pair by tests/test_gpu.py); every other operation is the twin's, so codes, scales,
+// outliers and witness are bit-identical to _cpu/write.py::write_rows.
+template <int D, int BITS>
 __device__ __forceinline__ void write_rows_impl(
-    const void* __restrict__ xk, const void* __restrict__ xv, int in_dtype,
+    const void* __restrict__ xk, const void* __restrict__ xv, int in_dtype, int vec,
     const i64* __restrict__ slots,       // [n] dither slot of each row
     const i64* __restrict__ dest_rows,   // [n] storage row (the slot in a pool)
     int n, int H, i64 N, int layer, int head_base, int plane_layer, int side0, int nsides, int gs, int NP2, int NB,
     const int* __restrict__ bypass_ch,   // [H, NP2] of this layer
     const int* __restrict__ band_ch,     // [NB, D / NB]
-    int bits, u32 k0, u32 k1,
+    u32 k0, u32 k1,
     i8* __restrict__ codes, u16* __restrict__ scales, u16* __restrict__ outl, u16* __restrict__ wit,
     u16* __restrict__ exact,             // host-mapped [L, 2, H, N, D] or null
     unsigned long long* __restrict__ counters) {  // [0]: non-finite rows, [1]: rows with a bad slot
-    __shared__ float err2_s[WR_WARPS][WC_MAX_D];
-    __shared__ u8 byp_s[WR_WARPS][WC_MAX_D];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const i64 r = (i64)blockIdx.x * WR_WARPS + warp;
-    if (r >= (i64)n * H * nsides) return;
-    const int side = side0 + (int)(r % nsides);
-    const int h = (int)((r / nsides) % H);
-    const i64 i = r / ((i64)nsides * H);
+    constexpr int TPR = D / WR_CPT;                        // threads per row
+    constexpr int RPB = WR_THREADS / TPR;                  // rows per block
+    constexpr int PC = BITS == 8 ? 16 : (BITS == 16 ? 8 : 4);  // channels per Philox call
+    static_assert(TPR >= 1 && TPR <= 32 && (32 % TPR) == 0, "a row must stay inside one warp");
+    __shared__ float err2_s[RPB][D];
+    __shared__ u8 byp_s[RPB][D];
+    const int tr = threadIdx.x % TPR, rb = threadIdx.x / TPR, lane = threadIdx.x & 31;
+    const u32 seg = TPR == 32 ? 0xffffffffu : (((1u << TPR) - 1u) << (lane & ~(TPR - 1)));  // the row's lanes
+    const i64 i = (i64)blockIdx.x * RPB + rb;
+    if (i >= n) return;
+    const int side = side0 + (int)blockIdx.y % nsides;
+    const int h = (int)blockIdx.y / nsides;
     const i64 slot = slots[i], dest = dest_rows[i];
     if (slot < 0 || slot > 0xFFFFFFFFll || dest < 0 || dest >= N) {  // never write out of bounds
-        if (lane == 0) atomicAdd(&counters[1], 1ull);
+        if (tr == 0) atomicAdd(&counters[1], 1ull);
         return;
     }
-    float* err2 = err2_s[warp];
-    u8* byp = byp_s[warp];
-    constexpr int cpl = D / 32;                            // channels per lane
-    const int NG = D / gs, lpg = gs / cpl;                 // scale groups, lanes per group
-    const int c0 = lane * cpl;
+    const int NG = D / gs, GL = gs / WR_CPT;               // scale groups per row, lanes per group
+    const int c0 = tr * WR_CPT;
     const i64 row = ((((i64)plane_layer * 2 + side) * H + h) * N + dest);
     const i64 src = (i * H + h) * D;
     const void* x_in = side == 0 ? xk : xv;
 
-    float x[cpl];
-    u16 xb[cpl];
-    bool bp[cpl];
+    // Philox first: it depends only on the slot, so it overlaps the input loads
+    u32x4 w[WR_CPT / PC];
+#pragma unroll
+    for (int q = 0; q < WR_CPT / PC; ++q)
+        w[q] = philox10((u32)slot, dither_ctr1(side, c0 / PC + q), dither_ctr2(layer, h + head_base), 0u, k0, k1);
+
+    u32 xh[WR_CPT / 2];
+    load_f16x16(x_in, src + c0, in_dtype, vec != 0, xh);
+    if (exact != nullptr) {
+        uint4* e = reinterpret_cast<uint4*>(exact + row * D + c0);
+        e[0] = make_uint4(xh[0], xh[1], xh[2], xh[3]);
+        e[1] = make_uint4(xh[4], xh[5], xh[6], xh[7]);
+    }
+    u32 bmask = 0;                                         // bypassed channels among this thread's
+    for (int t = 0; t < NP2; ++t) {
+        const int ch = bypass_ch[h * NP2 + t] - c0;
+        if ((unsigned)ch < (unsigned)WR_CPT) bmask |= 1u << ch;
+    }
+    float x[WR_CPT];
     bool bad = false;
     float amax = 0.0f;
 #pragma unroll
-    for (int j = 0; j < cpl; ++j) {
-        const int c = c0 + j;
-        xb[j] = load_as_f16(x_in, src + c, in_dtype);
-        x[j] = f16_to_f32(xb[j]);
-        bp[j] = false;
-        for (int t = 0; t < NP2; ++t) bp[j] |= bypass_ch[h * NP2 + t] == c;
-        byp[c] = bp[j];
+    for (int j = 0; j < WR_CPT; ++j) {
+        x[j] = f16_to_f32((u16)(xh[j / 2] >> (16 * (j % 2))));
         if (!is_finite32(x[j])) bad = true;
-        else if (!bp[j]) amax = fmaxf(amax, fabsf(x[j]));
-        if (exact != nullptr) exact[row * D + c] = xb[j];
+        else if (!((bmask >> j) & 1u)) amax = fmaxf(amax, fabsf(x[j]));
     }
-    // group amax / non-finite flag over the lpg lanes of this lane's group (contiguous lanes)
     int gbad = bad;
-    for (int off = 1; off < lpg; off <<= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        gbad |= __shfl_xor_sync(0xffffffffu, gbad, off);
+    for (int off = 1; off < GL; off <<= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(seg, amax, off));
+        gbad |= __shfl_xor_sync(seg, gbad, off);
     }
-    const bool row_bad = __any_sync(0xffffffffu, bad);
+    int rbad = gbad;
+    for (int off = GL; off < TPR; off <<= 1) rbad |= __shfl_xor_sync(seg, rbad, off);
     u32 s16;
     if (gbad) s16 = WC_FP16_INF;
     else if (amax == 0.0f) s16 = 0u;
     else s16 = f32_to_f16_ru(__fdiv_rn(amax, (float)WC_SCALE_DIVISOR));
-    if (lane % lpg == 0) scales[row * NG + c0 / gs] = (u16)s16;
+    if (tr % GL == 0) scales[row * NG + c0 / gs] = (u16)s16;
     const float sb = f16_to_f32((u16)s16);
     const bool live = sb > 0.0f && sb <= WC_F32_MAX;
+    const float rcp = live ? __frcp_rn(sb) : 0.0f;
 
-    // ξ of this lane's channels: the Philox call(s) covering them (recomputed by the lanes that
-    // share a call; no cross-lane dependency)
-    const int pc = per_call_of(bits);
-    u32 packed[(cpl + 3) / 4] = {};
-    u32x4 w = {0u, 0u, 0u, 0u};
-    int wchunk = -1;
+    u32 mb[WR_CPT];                                        // bits of z + WR_RINT_MAGIC
 #pragma unroll
-    for (int j = 0; j < cpl; ++j) {
-        const int c = c0 + j;
-        if (c / pc != wchunk) {
-            wchunk = c / pc;
-            w = philox10((u32)slot, dither_ctr1(side, wchunk), dither_ctr2(layer, h + head_base), 0u, k0, k1);
+    for (int j = 0; j < WR_CPT; ++j) {
+        const float xi = xi_exact<BITS>(w[j / PC], j % PC);
+        const bool quantized = live && !((bmask >> j) & 1u);
+        const float z = quantized ? __fadd_rn(quotient_rn(x[j], sb, rcp), xi) : 0.0f;
+        const float m = __fadd_rn(z, WR_RINT_MAGIC);
+        mb[j] = __float_as_uint(m);
+        if (NB > 0) {
+            const float xhat = __fmul_rn(sb, __fsub_rn(__fsub_rn(m, WR_RINT_MAGIC), xi));
+            err2_s[rb][c0 + j] = ((bmask >> j) & 1u) ? 0.0f : square_up(next_up(fabsf(__fsub_rn(xhat, x[j]))));
+            byp_s[rb][c0 + j] = (u8)((bmask >> j) & 1u);
         }
-        const float xi = xi_of(w, c % pc, bits);
-        float kf = 0.0f;
-        if (live && !bp[j]) kf = rintf(__fadd_rn(__fdiv_rn(x[j], sb), xi));
-        const float xhat = __fmul_rn(sb, __fsub_rn(kf, xi));
-        err2[c] = bp[j] ? 0.0f : square_up(next_up(fabsf(__fsub_rn(xhat, x[j]))));
-        packed[j / 4] |= ((u32)(u8)(i8)(int)kf) << (8 * (j % 4));
     }
-    if constexpr (cpl >= 4) {
+    u32 packed[WR_CPT / 4];
 #pragma unroll
-        for (int q = 0; q < cpl / 4; ++q) *reinterpret_cast<u32*>(codes + row * D + c0 + 4 * q) = packed[q];
-    } else {
-        *reinterpret_cast<u16*>(codes + row * D + c0) = (u16)packed[0];
+    for (int q = 0; q < WR_CPT / 4; ++q)
+        packed[q] = __byte_perm(__byte_perm(mb[4 * q], mb[4 * q + 1], 0x0040u),
+                                __byte_perm(mb[4 * q + 2], mb[4 * q + 3], 0x0040u), 0x5410u);
+    *reinterpret_cast<uint4*>(codes + row * D + c0) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    for (int t = 0; t < NP2; ++t) {
+        const int ch = bypass_ch[h * NP2 + t];
+        if ((unsigned)(ch - c0) < (unsigned)WR_CPT) outl[row * NP2 + t] = load_as_f16(x_in, src + ch, in_dtype);
     }
-    for (int j = lane; j < NP2; j += 32) outl[row * NP2 + j] = load_as_f16(x_in, src + bypass_ch[h * NP2 + j], in_dtype);
-    __syncwarp();
-    for (int b = lane; b < NB; b += 32)
-        wit[row * NB + b] = row_bad ? (u16)WC_FP16_INF : band_witness(err2, byp, band_ch + b * (D / NB), D / NB);
-    if (lane == 0 && row_bad) atomicAdd(&counters[0], 1ull);
+    if (NB > 0) {
+        __syncwarp(seg);
+        for (int b = tr; b < NB; b += TPR)
+            wit[row * NB + b] = rbad ? (u16)WC_FP16_INF : band_witness(err2_s[rb], byp_s[rb], band_ch + b * (D / NB), D / NB);
+    }
+    if (tr == 0 && rbad) atomicAdd(&counters[0], 1ull);
 }
 
-#define WC_WRITE_ENTRY(D)                                                                                 \
-    extern "C" __global__ void __launch_bounds__(32 * WR_WARPS, 1) write_rows_##D(                        \
-        const void* xk, const void* xv, int in_dtype, const i64* slots, const i64* dest_rows, int n, int H,  \
-        i64 N, int layer, int head_base, int plane_layer, int side0, int nsides, int gs, int NP2, int NB,  \
-        const int* bypass_ch, const int* band_ch, int bits, u32 k0, u32 k1, i8* codes, u16* scales,       \
-        u16* outl, u16* wit, u16* exact, unsigned long long* counters) {                                  \
-        write_rows_impl<D>(xk, xv, in_dtype, slots, dest_rows, n, H, N, layer, head_base, plane_layer, side0, \
-                           nsides,                                                                        \
-                           gs, NP2, NB, bypass_ch, band_ch, bits, k0, k1, codes, scales, outl, wit, exact,  \
-                           counters);                                                                     \
+#define WC_WRITE_ENTRY(D, BITS)                                                                           \
+    extern "C" __global__ void __launch_bounds__(WR_THREADS) write_rows_##D##_##BITS(                     \
+        const void* xk, const void* xv, int in_dtype, int vec, const i64* slots, const i64* dest_rows, int n, \
+        int H, i64 N, int layer, int head_base, int plane_layer, int side0, int nsides, int gs, int NP2, int NB, \
+        const int* bypass_ch, const int* band_ch, u32 k0, u32 k1, i8* codes, u16* scales, u16* outl, u16* wit, \
+        u16* exact, unsigned long long* counters) {                                                       \
+        write_rows_impl<D, BITS>(xk, xv, in_dtype, vec, slots, dest_rows, n, H, N, layer, head_base, plane_layer, \
+                                 side0, nsides, gs, NP2, NB, bypass_ch, band_ch, k0, k1, codes, scales, outl, wit, \
+                                 exact, counters);                                                        \
     }
-WC_WRITE_ENTRY(64)
-WC_WRITE_ENTRY(128)
-WC_WRITE_ENTRY(256)
+WC_WRITE_ENTRY(64, 8)
+WC_WRITE_ENTRY(64, 16)
+WC_WRITE_ENTRY(64, 24)
+WC_WRITE_ENTRY(128, 8)
+WC_WRITE_ENTRY(128, 16)
+WC_WRITE_ENTRY(128, 24)
+WC_WRITE_ENTRY(256, 8)
+WC_WRITE_ENTRY(256, 16)
+WC_WRITE_ENTRY(256, 24)
 
 // store_fp16_rows: grid (n, Hkv, 2 sides), block d.  Stores what a scheme reconstructs (`stored`,
 // or the exact row when null) as fp16, and the Tier-A witness of stored − exact.  Twin of

@@ -86,6 +86,65 @@ def test_quantize_bit_identical(bits, d, gs, bands):
             np.nan_to_num(xa), np.nan_to_num(xb))
 
 
+QUOTIENT_CHECK = r"""
+extern "C" __global__ void quotient_check(const u16* bs, int nb, unsigned long long* mismatches) {
+    // thread: one fp16 x (both signs), loop over the divisors; x / b against IEEE division
+    const int ix = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ix >= 65536) return;
+    const float x = f16_to_f32((u16)ix);
+    if (!is_finite32(x)) return;
+    unsigned long long bad = 0;
+    for (int k = 0; k < nb; ++k) {
+        const float b = f16_to_f32(bs[k]);
+        const float q = quotient_rn(x, b, __frcp_rn(b));
+        // the one tolerated difference: a zero quotient's sign (−0 / b gives +0 here); the write
+        // path adds ξ ≠ 0 to it, so the code cannot depend on it
+        const float d = __fdiv_rn(x, b);
+        bad += __float_as_uint(q) != __float_as_uint(d) && !(q == 0.0f && d == 0.0f);
+    }
+    atomicAdd(mismatches, bad);
+}
+"""
+
+
+def test_write_quotient_is_ieee_division_for_every_fp16_pair():
+    """quotient_rn (the write kernel's x / s from the group's reciprocal) equals IEEE division for
+    every finite fp16 x and every positive finite fp16 divisor, under the kernels' own options
+    (up to the sign of a zero quotient: run 19 counted exactly one mismatch per divisor, the −0
+    numerator, whose residual corrections return +0)."""
+    from witcert_cupy import _cuda
+
+    src = _cuda.inline_source("common.cuh") + QUOTIENT_CHECK
+    fn = cp.RawModule(code=src, options=_cuda.options()).get_function("quotient_check")
+    bs = cp.arange(1, 0x7C00, dtype=cp.uint16)  # 2^-24 .. 65504
+    mism = cp.zeros(1, cp.uint64)
+    fn((256,), (256,), (bs, np.int32(bs.size), mism))
+    assert int(mism.get()[0]) == 0
+
+
+@pytest.mark.parametrize("d,gs,bits", [(128, 128, 8), (64, 64, 16), (256, 16, 8), (128, 16, 24)])
+def test_write_group_sizes_and_unaligned_input(d, gs, bits):
+    """Scale groups from one thread's 16 channels up to the whole row, and an input whose start is
+    not 16-byte aligned (the element-wise load path): bit-identical to the CPU twin."""
+    rng = np.random.default_rng(d + gs)
+    n, H = 300, 3
+    x = _adversarial(rng, n * H, d).reshape(n, H, d)
+    x[7, 1, 5] = np.inf
+    cfg = wc.QuantConfig(d, group_size=gs, dither_bits=bits, seed=11, witness_bands=4,
+                         outlier_pairs=np.array([[[0, 3], [1, 2], [d // 2 - 1, 4]]]))
+    slots = rng.permutation(10_000)[:n]
+    a = wc.quantize(x.astype(np.float16), slots, layer=0, side="v", config=cfg)
+    flat = cp.zeros(n * H * d + 1, cp.float16)
+    flat[1:] = cp.asarray(x.astype(np.float16).ravel())
+    xg = flat[1:].reshape(n, H, d)
+    assert xg.data.ptr % 16 != 0
+    for xin in (xg, cp.asarray(x.astype(np.float32))):
+        b = wc.quantize(xin, cp.asarray(slots), layer=0, side="v", config=cfg)
+        for name in ("scales", "outliers", "witness"):
+            assert np.array_equal(_np(getattr(b, name)).view(np.uint16), getattr(a, name).view(np.uint16)), name
+        assert np.array_equal(_np(b.codes), a.codes)  # same fp32 operations as the twin: ties included
+
+
 def _pools(seed, **kw):
     cpu = filled_pool(np.random.default_rng(seed), backend="cpu", **kw)
     gpu = filled_pool(np.random.default_rng(seed), backend="cuda", **kw)

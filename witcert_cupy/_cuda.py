@@ -180,6 +180,15 @@ def check_gpu_config(config):
         raise ValueError(f"the GPU kernels support at most 64 witness bands, got {config.witness_bands}")
 
 
+# write_rows' launch shape (cuda/write.cu: WR_THREADS, WR_CPT)
+WRITE_THREADS = 256
+WRITE_CHANNELS_PER_THREAD = 16
+
+
+def write_kernel_name(head_dim, dither_bits):
+    return f"write_rows_{head_dim}_{dither_bits}"
+
+
 def _write(k, v, dtype_code, slots, dest_rows, *, layer, plane_layer, side0, nsides, H, N, config,
            bypass_layer, band_ch, codes, scales, outl, wit, exact_ptr, counters, head_base=0):
     import cupy as cp
@@ -190,12 +199,17 @@ def _write(k, v, dtype_code, slots, dest_rows, *, layer, plane_layer, side0, nsi
     d = config.head_dim
     k0, k1 = config.seed_words
     exact_arg = np.uint64(exact_ptr)
-    rows_total = n * H * nsides
-    kernel("write.cu", f"write_rows_{d}")(
-        ((rows_total + 7) // 8,), (256,),
-        (k, v, _i32(dtype_code), slots, dest_rows, _i32(n), _i32(H), np.int64(N), _i32(layer), _i32(head_base),
-         _i32(plane_layer), _i32(side0), _i32(nsides), _i32(config.group_size), _i32(bypass_layer.shape[-1]),
-         _i32(config.witness_bands), bypass_layer, band_ch, _i32(config.dither_bits), np.uint32(k0),
+    rows_per_block = WRITE_THREADS // (d // WRITE_CHANNELS_PER_THREAD)  # tokens of one (kv head, side)
+    if H * nsides > 65535:  # the grid's y extent
+        raise ValueError(f"the GPU write path supports at most 32767 kv heads per pool, got {H}")
+    if codes.data.ptr % 16 or (exact_ptr and exact_ptr % 16):
+        raise RuntimeError("internal: the pool's code planes must be 16-byte aligned")
+    vec = all(a.data.ptr % 16 == 0 for a in (k, v))  # row offsets are multiples of 32 bytes
+    kernel("write.cu", write_kernel_name(d, config.dither_bits))(
+        ((n + rows_per_block - 1) // rows_per_block, H * nsides), (WRITE_THREADS,),
+        (k, v, _i32(dtype_code), _i32(vec), slots, dest_rows, _i32(n), _i32(H), np.int64(N), _i32(layer),
+         _i32(head_base), _i32(plane_layer), _i32(side0), _i32(nsides), _i32(config.group_size),
+         _i32(bypass_layer.shape[-1]), _i32(config.witness_bands), bypass_layer, band_ch, np.uint32(k0),
          np.uint32(k1), codes, scales.view(cp.uint16), outl.view(cp.uint16), wit.view(cp.uint16), exact_arg,
          counters))
 

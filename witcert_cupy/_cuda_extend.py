@@ -17,15 +17,20 @@ import numpy as np
 from . import certificate as cert_mod
 from ._cuda import _grid1, _i32, kernel, kernel_dir
 
-WARPS = 8  # warps per CTA; 16 query rows (new token × query head of one kv head) per warp
+def _source_define(name: str) -> int:
+    m = re.search(rf"#define {name} (\d+)", (kernel_dir() / "extend_tc.cu").read_text())
+    return int(m.group(1))
 
 
 @functools.lru_cache(maxsize=None)
 def smem_bytes() -> int:
     """Dynamic shared memory of one CTA, read from the kernel source (its ``static_assert`` ties it
     to the struct)."""
-    m = re.search(r"#define XT_SMEM_BYTES (\d+)", (kernel_dir() / "extend_tc.cu").read_text())
-    return int(m.group(1))
+    return _source_define("XT_SMEM_BYTES")
+
+
+# warps per CTA, from the kernel source; 16 query rows (new token × query head of one kv head) each
+WARPS = _source_define("XT_WARPS")
 
 
 def tc_extend_applies(pool, cert, num_q_heads) -> str | None:
@@ -99,7 +104,7 @@ class ExtendPlan:
         cfg = p.config
         k0, k1 = cfg.seed_words
         logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
-        self.stage1 = kernel("extend_tc.cu", None, f"extend_tc_stage1<{G}, {WARPS}>")
+        self.stage1 = kernel("extend_tc.cu", None, f"extend_tc_stage1<{G}>")
         self.smem = smem_bytes()
         self.stage1.max_dynamic_shared_size_bytes = self.smem
         # the largest shared-memory carveout: 148 KB of shared memory per CTA

@@ -61,7 +61,8 @@ def warm_kernels(pool):
     _cuda.kernel("decode.cu", "decode_certify")
     _cuda.kernel("decode.cu", "decode_merge")
     _cuda.kernel("write.cu", "evict_tier_pages")
-    _cuda.kernel("write.cu", "store_fp16_rows" if pool._dev.fp16_store else f"write_rows_{d}")
+    _cuda.kernel("write.cu", "store_fp16_rows" if pool._dev.fp16_store
+                 else _cuda.write_kernel_name(d, pool.config.dither_bits))
 
 
 class CapturedStep:
