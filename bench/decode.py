@@ -139,7 +139,7 @@ class Int8Case:
 
     def check(self, bits, cert, stage1="auto"):
         """Request 0 of rotation 0 against float64 attention over the reconstructed values."""
-        plan = self.plans(bits, cert, stage1=stage1)[0] if bits is not None else self.plans()[0]
+        plan = self.plans(bits, cert, stage1=stage1)[0]
         plan.launch()
         res = plan.result()
         ip, ix, ll = self.tables[0]
@@ -176,8 +176,8 @@ class Fp16Case(Int8Case):
     def bytes_moved(self):
         return self.B * self.hkv * self.ctx * 2 * 2 * D
 
-    def plans(self, bits=None, cert=False):
-        return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), None, None)
+    def plans(self, bits=None, cert=False, stage1="auto"):
+        return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), None, None, stage1=stage1)
                 for r in range(self.rot)]
 
 
@@ -268,16 +268,20 @@ def main():
         if page == PAGE:
             rot = rotations(B * hkv * ctx * 512, l2)
             case = Fp16Case(B, hq, hkv, ctx, page, rot)
-            err = case.check(None, False)
-            checks.append({"method": "witcert_fp16", "batch": B, "hq": hq, "hkv": hkv, "context": ctx,
-                           "rel_err_vs_fp64": err})
-            assert err < 1e-4, f"fp16-store decode check failed: {err}"
-            plans = case.plans()
-            us, _ = time_cupy([p.launch for p in plans], args.reps)
-            rows.append(dict(method="witcert_fp16", batch=B, hq=hq, hkv=hkv, context=ctx, page_size=page,
-                             dither_bits=None, cert=False, us=us, gbps=case.bytes_moved() / us / 1e3,
-                             ratio_sdpa=us / sdpa_us, rotations=rot, num_splits=plans[0].ns))
-            print(f"    fp16 store:          {us:8.1f} us  ({us / sdpa_us:.2f}x SDPA)", file=sys.stderr, flush=True)
+            # the library's choice, and the general kernel side by side
+            for method, stage1 in (("witcert_fp16", "auto"), ("witcert_fp16_v1", "v1")):
+                err = case.check(None, False, stage1)
+                checks.append({"method": method, "batch": B, "hq": hq, "hkv": hkv, "context": ctx,
+                               "rel_err_vs_fp64": err})
+                assert err < 1e-4, f"fp16-store decode check failed ({method}): {err}"
+                plans = case.plans(stage1=stage1)
+                us, _ = time_cupy([p.launch for p in plans], args.reps)
+                rows.append(dict(method=method, kernel=plans[0].kernel_name, batch=B, hq=hq, hkv=hkv, context=ctx,
+                                 page_size=page, dither_bits=None, cert=False, us=us,
+                                 gbps=case.bytes_moved() / us / 1e3, ratio_sdpa=us / sdpa_us, rotations=rot,
+                                 num_splits=plans[0].ns))
+                print(f"    fp16 store ({plans[0].kernel_name}):      {us:8.1f} us  ({us / sdpa_us:.2f}x SDPA)",
+                      file=sys.stderr, flush=True)
             case = None
             cp.get_default_memory_pool().free_all_blocks()
 

@@ -89,17 +89,15 @@ WC_D u32 f32_to_f16_ru(float x) {
     return h;
 }
 
-// x / b rounded to nearest (IEEE fp32 division) from rcp = __frcp_rn(b): two residual corrections
-// (Markstein), the hardware division's fast path with the reciprocal hoisted out of a scale group.
-// Exact for fp16 x and fp16 b in [2^-24, 65504] (the write path's operands: every intermediate is
-// a normal fp32 number, so flush-to-zero cannot act); tests/test_gpu.py checks it against
-// division for all such pairs.
+// x / b rounded to nearest (IEEE fp32 division) from rcp = __frcp_rn(b): the product x·rcp and one
+// residual correction (Markstein), with the reciprocal hoisted out of a scale group.  One correction
+// is not exact for every fp32 pair; for the write path's operands (fp16 x, fp16 b in
+// [2^-24, 65504], where every intermediate is a normal fp32 number, so flush-to-zero cannot act)
+// tests/test_gpu.py checks it against division for all 2^16 × 31743 pairs: equal, up to the sign
+// of a zero quotient (−0 / b gives +0; the write path adds ξ ≠ 0 to it).
 WC_D float quotient_rn(float x, float b, float rcp) {
-    float q = __fmul_rn(x, rcp);
-    float e = __fmaf_rn(-b, q, x);
-    q = __fmaf_rn(e, rcp, q);
-    e = __fmaf_rn(-b, q, x);
-    return __fmaf_rn(e, rcp, q);
+    const float q = __fmul_rn(x, rcp);
+    return __fmaf_rn(__fmaf_rn(-b, q, x), rcp, q);
 }
 
 // next float32 above a finite x > 0; 0 and inf are returned unchanged (only used on magnitudes).

@@ -3,7 +3,7 @@
 // inputs and outputs as decode_stage1 in decode.cu (SPEC §4–6; fp32 dequant x̂ = s·(k − ξ) with
 // the exact stream), which serves every other case.
 //
-// decode_stage1_v2<G>: grid (num_splits, Hkv, B), block 128.  Per tile of 32 tokens:
+// decode_stage1_v2<G, FP16>: grid (num_splits, Hkv, B), block 128.  Per tile of 32 tokens:
 //   A. every thread dequantizes 64 channels of one (token, side) — 4 Philox calls, 64 codes — into
 //      shared fp32 tiles K̂[32][132], V̂[32][132] (padded: conflict-free 16-byte reads by row);
 //      K's scales and witness are staged for the certificate;
@@ -39,11 +39,16 @@ __device__ __forceinline__ float v2_warp_sum(float v) {
 }
 
 // CTAs per SM the register budget is set for: 4 up to G = 4 (the shared tiles allow 4); 3 above,
-// where the accumulators of o grow; 2 at G = 5 and 8, where ptxas otherwise spills.
-__host__ __device__ constexpr int v2_min_blocks(int g) { return g <= 4 ? 4 : (g == 5 || g == 8 ? 2 : 3); }
+// where the accumulators of o grow; 2 at G = 5 and 8, where ptxas otherwise spills.  fp16 stores
+// (no Philox state) fit 4 at every G.
+__host__ __device__ constexpr int v2_min_blocks(int g, bool fp16) {
+    return g <= 4 || fp16 ? 4 : (g == 5 || g == 8 ? 2 : 3);
+}
 
-template <int G>
-__global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G)) decode_stage1_v2(
+// FP16: the pool stores fp16 rows (Fp16Pool: a scheme's x̂ or the exact values, Tier A only); phase
+// A converts them to fp32 instead of dequantizing (`codes` then points at the fp16 values).
+template <int G, bool FP16>
+__global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_stage1_v2(
     const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
     const u16* __restrict__ outl, const u16* __restrict__ wit, const int* __restrict__ bypass_ch,
     const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
@@ -158,7 +163,23 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G)) decode_stage1_v2
             }
         }
         float* dst = side == 0 ? &Ks[at][c0] : &Vs[at][c0];
-        if (valid) {
+        if (FP16 && valid) {
+            const uint4* src = reinterpret_cast<const uint4*>(reinterpret_cast<const u16*>(codes) + (row_base + slot) * D + c0);
+            uint4 raw[8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) raw[k] = src[k];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const u32 wd[4] = {raw[k].x, raw[k].y, raw[k].z, raw[k].w};
+                float x[8];
+#pragma unroll
+                for (int j = 0; j < 8; ++j) x[j] = f16_to_f32((u16)(wd[j / 2] >> (16 * (j % 2))));
+                *reinterpret_cast<float4*>(dst + 8 * k) = make_float4(x[0], x[1], x[2], x[3]);
+                *reinterpret_cast<float4*>(dst + 8 * k + 4) = make_float4(x[4], x[5], x[6], x[7]);
+            }
+            if (side == 0 && (tier & 1) && c0 == 0)
+                for (int bb = 0; bb < NB; ++bb) wit_s[at][bb] = wit[(row_base + slot) * NB + bb];
+        } else if (!FP16 && valid) {
             const i64 row = row_base + slot;
             int4 raw[4];
 #pragma unroll
@@ -323,18 +344,26 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G)) decode_stage1_v2
 }
 
 // An explicit instantiation (the offline compile checks in tests/test_cuda_compile.py).
-#define WC_V2_INST(G)                                                                                       \
-    template __global__ void decode_stage1_v2<G>(const float*, const i8*, const u16*, const u16*, const u16*, \
+#define WC_V2_INST(G, F)                                                                                    \
+    template __global__ void decode_stage1_v2<G, F>(const float*, const i8*, const u16*, const u16*, const u16*, \
                                                  const int*, const int*, const int*, const int*, const int*,  \
                                                  float*, float*, float*, float*, i64, int, int, int, int, int, \
                                                  int, int, int, int, int, int, u32, u32, float, float, float);
 #ifdef WITCERT_INSTANTIATE_ALL
-WC_V2_INST(1)
-WC_V2_INST(2)
-WC_V2_INST(3)
-WC_V2_INST(4)
-WC_V2_INST(5)
-WC_V2_INST(6)
-WC_V2_INST(7)
-WC_V2_INST(8)
+WC_V2_INST(1, false)
+WC_V2_INST(1, true)
+WC_V2_INST(2, false)
+WC_V2_INST(2, true)
+WC_V2_INST(3, false)
+WC_V2_INST(3, true)
+WC_V2_INST(4, false)
+WC_V2_INST(4, true)
+WC_V2_INST(5, false)
+WC_V2_INST(5, true)
+WC_V2_INST(6, false)
+WC_V2_INST(6, true)
+WC_V2_INST(7, false)
+WC_V2_INST(7, true)
+WC_V2_INST(8, false)
+WC_V2_INST(8, true)
 #endif

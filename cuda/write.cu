@@ -86,17 +86,28 @@ __device__ __forceinline__ void load_f16x16(const void* base, i64 idx, int dtype
     }
 }
 
-// ξ of element e (< per_call) of one Philox call, exact.  At 8 bits the dither byte j goes into
-// the mantissa of 2^23 + 256 j (one byte permute), and the subtraction leaves 256 (j − 127.5)
-// exactly, which is ξ · 2^16 (SPEC §2: ξ = (2j + 1 − 256) / 512).
+// ξ of element e (< per_call) of one Philox call, times xi_unscale<BITS>()^-1, exact.  At 8 bits the
+// dither byte j goes into the mantissa of 2^23 + 256 j (one byte permute), and the subtraction
+// leaves 256 (j − 127.5) exactly = ξ · 2^16 (SPEC §2: ξ = (2j + 1 − 256) / 512); the other widths
+// return ξ itself.
 template <int BITS>
-__device__ __forceinline__ float xi_exact(const u32x4& w, int e) {
+__device__ __forceinline__ float xi_scaled(const u32x4& w, int e) {
     if constexpr (BITS == 8) {
         const u32 t = __byte_perm(word_of(w, e >> 2), 0x4B000000u, 0x7504u | ((u32)(e & 3) << 4));
-        return __fmul_rn(__fsub_rn(__uint_as_float(t), 8421248.0f), 0x1p-16f);  // 2^23 + 256 * 127.5
+        return __fsub_rn(__uint_as_float(t), 8421248.0f);  // 2^23 + 256 * 127.5
     } else {
         return xi_of(w, e, BITS);
     }
+}
+
+template <int BITS>
+__device__ __forceinline__ constexpr float xi_unscale() { return BITS == 8 ? 0x1p-16f : 1.0f; }
+
+// max that propagates NaN (max.NaN.f32, sm_80+): a NaN anywhere in a group must poison its scale
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
 }
 
 // 1.5 · 2^23: for |z| < 2^22, z + WR_RINT_MAGIC rounds z to an integer, ties to even (= rintf),
@@ -166,22 +177,24 @@ __device__ __forceinline__ void write_rows_impl(
         const int ch = bypass_ch[h * NP2 + t] - c0;
         if ((unsigned)ch < (unsigned)WR_CPT) bmask |= 1u << ch;
     }
+    // per thread: the largest |x| over every channel (NaN propagating: the group's non-finite flag,
+    // SPEC §3.6, bypassed channels included) and over the quantized channels (the scale's amax)
     float x[WR_CPT];
-    bool bad = false;
-    float amax = 0.0f;
+    float amax_all = 0.0f, amax = 0.0f;
 #pragma unroll
     for (int j = 0; j < WR_CPT; ++j) {
         x[j] = f16_to_f32((u16)(xh[j / 2] >> (16 * (j % 2))));
-        if (!is_finite32(x[j])) bad = true;
-        else if (!((bmask >> j) & 1u)) amax = fmaxf(amax, fabsf(x[j]));
+        amax_all = fmax_nan(amax_all, fabsf(x[j]));
+        if (bmask) amax = fmaxf(amax, ((bmask >> j) & 1u) ? 0.0f : fabsf(x[j]));
     }
-    int gbad = bad;
+    if (!bmask) amax = amax_all;  // (when it is not finite the group is poisoned and amax unused)
     for (int off = 1; off < GL; off <<= 1) {
         amax = fmaxf(amax, __shfl_xor_sync(seg, amax, off));
-        gbad |= __shfl_xor_sync(seg, gbad, off);
+        amax_all = fmax_nan(amax_all, __shfl_xor_sync(seg, amax_all, off));
     }
-    int rbad = gbad;
-    for (int off = GL; off < TPR; off <<= 1) rbad |= __shfl_xor_sync(seg, rbad, off);
+    const bool gbad = !(amax_all <= WC_F32_MAX);
+    for (int off = GL; off < TPR; off <<= 1) amax_all = fmax_nan(amax_all, __shfl_xor_sync(seg, amax_all, off));
+    const bool rbad = !(amax_all <= WC_F32_MAX);
     u32 s16;
     if (gbad) s16 = WC_FP16_INF;
     else if (amax == 0.0f) s16 = 0u;
@@ -192,17 +205,27 @@ __device__ __forceinline__ void write_rows_impl(
     const float rcp = live ? __frcp_rn(sb) : 0.0f;
 
     u32 mb[WR_CPT];                                        // bits of z + WR_RINT_MAGIC
+    if (live && !bmask && NB == 0) {
+        // the common case, every channel quantized and no witness: z = x/s + ξ with ξ's
+        // 2^16-multiple folded into one FMA (exact product, one rounding: the twin's fp32 sum)
 #pragma unroll
-    for (int j = 0; j < WR_CPT; ++j) {
-        const float xi = xi_exact<BITS>(w[j / PC], j % PC);
-        const bool quantized = live && !((bmask >> j) & 1u);
-        const float z = quantized ? __fadd_rn(quotient_rn(x[j], sb, rcp), xi) : 0.0f;
-        const float m = __fadd_rn(z, WR_RINT_MAGIC);
-        mb[j] = __float_as_uint(m);
-        if (NB > 0) {
-            const float xhat = __fmul_rn(sb, __fsub_rn(__fsub_rn(m, WR_RINT_MAGIC), xi));
-            err2_s[rb][c0 + j] = ((bmask >> j) & 1u) ? 0.0f : square_up(next_up(fabsf(__fsub_rn(xhat, x[j]))));
-            byp_s[rb][c0 + j] = (u8)((bmask >> j) & 1u);
+        for (int j = 0; j < WR_CPT; ++j) {
+            const float z = __fmaf_rn(xi_scaled<BITS>(w[j / PC], j % PC), xi_unscale<BITS>(), quotient_rn(x[j], sb, rcp));
+            mb[j] = __float_as_uint(__fadd_rn(z, WR_RINT_MAGIC));
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < WR_CPT; ++j) {
+            const float xi = __fmul_rn(xi_scaled<BITS>(w[j / PC], j % PC), xi_unscale<BITS>());
+            const bool quantized = live && !((bmask >> j) & 1u);
+            const float z = quantized ? __fadd_rn(quotient_rn(x[j], sb, rcp), xi) : 0.0f;
+            const float m = __fadd_rn(z, WR_RINT_MAGIC);
+            mb[j] = __float_as_uint(m);
+            if (NB > 0) {
+                const float xhat = __fmul_rn(sb, __fsub_rn(__fsub_rn(m, WR_RINT_MAGIC), xi));
+                err2_s[rb][c0 + j] = ((bmask >> j) & 1u) ? 0.0f : square_up(next_up(fabsf(__fsub_rn(xhat, x[j]))));
+                byp_s[rb][c0 + j] = (u8)((bmask >> j) & 1u);
+            }
         }
     }
     u32 packed[WR_CPT / 4];

@@ -21,9 +21,12 @@ cp.cuda.set_pinned_memory_allocator(None)
 def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
     rng = np.random.default_rng(0)
     cfg = wc.QuantConfig(128, witness_bands=16, outlier_pairs=np.array([[[1, 40]] * 2]))
-    pool = wc.KVPool(1, 2, 128, 64, 16, cfg, backend="cuda", keep_exact=True)
+    pools = [wc.KVPool(1, 2, 128, 64, 16, cfg, backend="cuda", keep_exact=True),
+             wc.Fp16Pool(1, 2, 128, 64, 16, witness_bands=16, keep_exact=True, backend="cuda")]
     n_good = n_bad = 0
     for it in range(iters):
+        pool = pools[it % 2]  # INT8 and fp16 stores alternate (both stage-1 kernels of each)
+        cert = wc.CertConfig(tier="AB" if it % 2 == 0 else "A")
         # writes with arbitrary slots: out-of-range ones must be dropped, not written
         n = int(rng.integers(1, 40))
         slots = rng.integers(-50, pool.num_slots + 50, n)
@@ -50,7 +53,7 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
         G = int(rng.choice([1, 4, 7]))
         q = cp.asarray(rng.standard_normal((B, 2 * G, 128)).astype(np.float32))
         r = wc.decode_attention(q, pool, layer=0, kv_indptr=cp.asarray(indptr), kv_indices=cp.asarray(indices),
-                                kv_last_page_len=cp.asarray(last), cert=wc.CertConfig(tier="AB"),
+                                kv_last_page_len=cp.asarray(last), cert=cert,
                                 num_splits=int(rng.integers(1, 9)))
         o = r.o.get()
         risk = r.risk.get()
@@ -64,7 +67,7 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
                     assert np.all(np.isfinite(o[b])), (it, b)
                     n_good += 1
     print(f"fuzz: {iters} iterations, {n_good} good rows finite, {n_bad} bad rows NaN/inf, "
-          f"{int(pool._dev.bad_slot_writes.get()[0])} out-of-range slot rows dropped")
+          f"{sum(int(p._dev.bad_slot_writes.get()[0]) for p in pools)} out-of-range slot rows dropped")
     extend_fuzz(rng, iters)
 
 

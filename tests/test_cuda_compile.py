@@ -41,7 +41,8 @@ def test_compiles_for_sm90_without_spills_or_warnings(name, tmp_path):
                     assert any(f"decode_stage1ILi{d}ELi{g}E{f}E" in e for e in entries), (d, g, f)
     if name == "decode_v2.cu":
         for g in range(1, 9):
-            assert any(f"decode_stage1_v2ILi{g}EE" in e for e in entries), g
+            for f in ("Lb0", "Lb1"):  # INT8 and fp16 stores
+                assert any(f"decode_stage1_v2ILi{g}E{f}E" in e for e in entries), (g, f)
     if name == "extend_tc.cu":
         for g in range(1, 9):
             assert any(f"extend_tc_stage1ILi{g}EEv" in e for e in entries), g
@@ -92,7 +93,7 @@ def test_compiles_with_nvrtc_as_cupy_does(name):
     if name == "decode.cu":
         src += "\nWC_INST1(128, 4, false)\n"
     if name == "decode_v2.cu":
-        src += "\nWC_V2_INST(4)\nWC_V2_INST(8)\n"
+        src += "\nWC_V2_INST(4, false)\nWC_V2_INST(8, true)\n"
     ok, log = compile_nvrtc(src, name, ["-arch=sm_90", "-ftz=true", *_cuda.options()])
     assert ok, log
     assert "warning" not in log.lower(), log

@@ -87,22 +87,31 @@ def test_quantize_bit_identical(bits, d, gs, bands):
 
 
 QUOTIENT_CHECK = r"""
+// two residual corrections (the hardware division's fast path): counted beside quotient_rn's one
+__device__ float quotient_two_steps(float x, float b, float rcp) {
+    float q = __fmul_rn(x, rcp);
+    q = __fmaf_rn(__fmaf_rn(-b, q, x), rcp, q);
+    return __fmaf_rn(__fmaf_rn(-b, q, x), rcp, q);
+}
+
 extern "C" __global__ void quotient_check(const u16* bs, int nb, unsigned long long* mismatches) {
     // thread: one fp16 x (both signs), loop over the divisors; x / b against IEEE division
     const int ix = blockIdx.x * blockDim.x + threadIdx.x;
     if (ix >= 65536) return;
     const float x = f16_to_f32((u16)ix);
     if (!is_finite32(x)) return;
-    unsigned long long bad = 0;
+    unsigned long long bad = 0, bad2 = 0;
     for (int k = 0; k < nb; ++k) {
         const float b = f16_to_f32(bs[k]);
-        const float q = quotient_rn(x, b, __frcp_rn(b));
+        const float d = __fdiv_rn(x, b);
         // the one tolerated difference: a zero quotient's sign (−0 / b gives +0 here); the write
         // path adds ξ ≠ 0 to it, so the code cannot depend on it
-        const float d = __fdiv_rn(x, b);
+        const float q = quotient_rn(x, b, __frcp_rn(b));
         bad += __float_as_uint(q) != __float_as_uint(d) && !(q == 0.0f && d == 0.0f);
+        bad2 += quotient_two_steps(x, b, __frcp_rn(b)) != d;
     }
     atomicAdd(mismatches, bad);
+    atomicAdd(mismatches + 1, bad2);
 }
 """
 
@@ -111,15 +120,18 @@ def test_write_quotient_is_ieee_division_for_every_fp16_pair():
     """quotient_rn (the write kernel's x / s from the group's reciprocal) equals IEEE division for
     every finite fp16 x and every positive finite fp16 divisor, under the kernels' own options
     (up to the sign of a zero quotient: run 19 counted exactly one mismatch per divisor, the −0
-    numerator, whose residual corrections return +0)."""
+    numerator, whose residual correction returns +0).  Run 21 found one correction as exact as two
+    on this domain; the kernel ships one, and the count of two is printed beside it."""
     from witcert_cupy import _cuda
 
     src = _cuda.inline_source("common.cuh") + QUOTIENT_CHECK
     fn = cp.RawModule(code=src, options=_cuda.options()).get_function("quotient_check")
     bs = cp.arange(1, 0x7C00, dtype=cp.uint16)  # 2^-24 .. 65504
-    mism = cp.zeros(1, cp.uint64)
+    mism = cp.zeros(2, cp.uint64)
     fn((256,), (256,), (bs, np.int32(bs.size), mism))
-    assert int(mism.get()[0]) == 0
+    counts = mism.get()
+    print(f"pairs differing from IEEE division: one correction (shipped) {int(counts[0])}, two {int(counts[1])}")
+    assert int(counts[0]) == 0
 
 
 @pytest.mark.parametrize("d,gs,bits", [(128, 128, 8), (64, 64, 16), (256, 16, 8), (128, 16, 24)])
@@ -388,6 +400,44 @@ def test_fp16_store_bit_identical_and_metered(dtype):
                 tv = reference.true_tv(q[b], rows["k_exact"], rows["k_hat"])
                 assert np.all(tv <= rg.tv_bound[b].get())
                 assert np.allclose(rg.cmax[b].get(), rc.cmax[b], rtol=3e-6)
+
+
+@pytest.mark.parametrize("G", [1, 4, 7])
+def test_staged_tile_kernel_serves_fp16_stores(G):
+    """decode_stage1_v2<G, true> on an Fp16Pool (a black-box scheme's values, Tier A): chosen
+    automatically, held to the SPEC §9 rule against the CPU backend, certificates sound, cmax equal to
+    the general kernel's within fp32 evaluation."""
+    from test_fp16pool import build, e4m3_like
+
+    lengths = [700, 33, 1, 0, 1500]
+    kw = dict(scheme=e4m3_like, bands=16, massive=[(60, 80.0)])
+    pc, tc = build(np.random.default_rng(G), lengths, **kw)
+    pg, tg = build(np.random.default_rng(G), lengths, backend="cuda", **kw)
+    q = (np.random.default_rng(G + 1).standard_normal((len(lengths), 2 * G, 128)) * 2).astype(np.float32)
+    cert = wc.CertConfig(tier="A")
+    rc = wc.decode_attention(q, pc, layer=0, kv_indptr=tc[0], kv_indices=tc[1], kv_last_page_len=tc[2],
+                             cert=cert, num_splits=3)
+    ip, ix, ll = (cp.asarray(a) for a in tg[:3])
+    pt = page_table(pc, tc)
+    res = {}
+    for k in ("v1", "v2", "auto"):
+        plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, 1 / math.sqrt(128), cert, 3, stage1=k)
+        assert plan.kernel_name == ("v1" if k == "v1" else "v2")
+        plan.launch()
+        res[k] = plan.result()
+    for bq, n in enumerate(lengths):
+        r = res["v2"]
+        if n == 0:
+            assert np.all(r.o[bq].get() == 0) and np.all(np.isneginf(r.lse[bq].get()))
+            continue
+        rows = reference.request_rows(pc, 0, pt, bq)
+        o64, lse64 = reference.attention(q[bq], rows["k_hat"], rows["v_hat"])
+        for got, cpu, ref, atol in ((r.o[bq].get(), rc.o[bq], o64, 1e-6 * np.abs(o64).max()),
+                                    (r.lse[bq].get(), rc.lse[bq], lse64, 1e-6)):
+            assert np.all(np.abs(got - ref) <= 2 * np.abs(cpu - ref) + atol + 4e-6 * np.abs(ref)), bq
+        np.testing.assert_allclose(r.cmax[bq].get(), res["v1"].cmax[bq].get(), rtol=3e-6)
+        tv = reference.true_tv(q[bq], rows["k_exact"], rows["k_hat"])
+        assert np.all(tv <= r.tv_bound[bq].get())
 
 
 def test_telemetry_on_device_without_host_sync():

@@ -446,21 +446,23 @@ class DecodePlan:
         G = Hq // p.num_kv_heads
         logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
         P = max(0, int(max_pages))
-        # the staged-tile kernel serves the common case: INT8, d = 128, 8-bit dither, no exact tier,
-        # no per-page output, default unroll (decode_v2.cu); decode_stage1 serves everything
-        v2_ok = (not dev.fp16_store and d == 128 and bits == 8 and p.tier_map_dev is None and P == 0
+        # the staged-tile kernel serves the common cases: INT8 with 8-bit dither, or fp16 stores;
+        # d = 128, no exact tier, no per-page output, default unroll (decode_v2.cu); decode_stage1
+        # serves everything
+        v2_ok = ((dev.fp16_store or bits == 8) and d == 128 and p.tier_map_dev is None and P == 0
                  and unroll == 0 and 128 // gs <= 8 and dev.num_bands <= 64)
         if stage1 not in ("auto", "v1", "v2"):
             raise ValueError(f"stage1 must be 'auto', 'v1' or 'v2', got {stage1!r}")
         if stage1 == "v2" and not v2_ok:
-            raise ValueError("decode_stage1_v2 serves INT8 pools with d=128, 8-bit dither, no exact tier and no "
-                             "page contributions")
+            raise ValueError("decode_stage1_v2 serves d=128 pools (INT8 with 8-bit dither, or fp16 stores) with "
+                             "no exact tier and no page contributions")
         self.kernel_name = "v2" if v2_ok and stage1 != "v1" else "v1"
         self.grid1 = (ns, p.num_kv_heads, B)
         common = (self.q, data, scales, outl, wit, bypass, dev.band_ch, self.ip, self.ix, self.ll, self.o_part,
                   self.lse_part, self.lam_part, self.cmax_part)
         if self.kernel_name == "v2":
-            self.stage1 = kernel("decode_v2.cu", None, f"decode_stage1_v2<{G}>")
+            fp16 = "true" if dev.fp16_store else "false"
+            self.stage1 = kernel("decode_v2.cu", None, f"decode_stage1_v2<{G}, {fp16}>")
             self.args1 = (*common, np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset),
                           _i32(gs), _i32(bypass.shape[-1]), _i32(dev.num_bands), _i32(int(math.log2(p.page_size))),
                           _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)),
