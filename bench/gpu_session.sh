@@ -29,6 +29,12 @@ if [ "$MODE" = issue5 ]; then
     python3 bench/write.py --out "$OUT" 2>&1
     python3 bench/decode.py --quick --out "$OUT" 2>&1
     [ -z "${SKIP_EXTEND:-}" ] && python3 bench/extend.py --out "$OUT" 2>&1
+    if [ -n "${PROFILE_WRITE:-}" ]; then
+      echo "== Nsight Compute: the write kernel"
+      ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section InstructionStats --section SchedulerStats \
+        --section MemoryWorkloadAnalysis -k regex:write_rows -c 1 python3 bench/profile_write.py 2>&1
+    fi
   } | tee "$OUT/bench.log" | grep -v "^\[decode\]\|^\[extend\]" | tail -70
   exit 0
 fi

@@ -129,7 +129,9 @@ __device__ __forceinline__ void write_rows_impl(
     const void* __restrict__ xk, const void* __restrict__ xv, int in_dtype, int vec,
     const i64* __restrict__ slots,       // [n] dither slot of each row
     const i64* __restrict__ dest_rows,   // [n] storage row (the slot in a pool)
-    int n, int H, i64 N, int layer, int head_base, int plane_layer, int side0, int nsides, int gs, int NP2, int NB,
+    int n, int H, i64 N, int layer, int head_base, int plane_layer, int side0, int nsides,
+    int gs_shift,                        // log2 of the group size (d is a power of two, so is every group size)
+    int NP2, int NB,
     const int* __restrict__ bypass_ch,   // [H, NP2] of this layer
     const int* __restrict__ band_ch,     // [NB, D / NB]
     u32 k0, u32 k1,
@@ -146,14 +148,15 @@ __device__ __forceinline__ void write_rows_impl(
     const u32 seg = TPR == 32 ? 0xffffffffu : (((1u << TPR) - 1u) << (lane & ~(TPR - 1)));  // the row's lanes
     const i64 i = (i64)blockIdx.x * RPB + rb;
     if (i >= n) return;
-    const int side = side0 + (int)blockIdx.y % nsides;
-    const int h = (int)blockIdx.y / nsides;
+    const int side = side0 + (nsides == 2 ? (int)(blockIdx.y & 1u) : 0);  // nsides is 1 or 2
+    const int h = (int)(blockIdx.y >> (nsides - 1));
     const i64 slot = slots[i], dest = dest_rows[i];
     if (slot < 0 || slot > 0xFFFFFFFFll || dest < 0 || dest >= N) {  // never write out of bounds
         if (tr == 0) atomicAdd(&counters[1], 1ull);
         return;
     }
-    const int NG = D / gs, GL = gs / WR_CPT;               // scale groups per row, lanes per group
+    // scale groups per row, lanes per group: shifts, not divisions (the kernel is issue-bound)
+    const int NG = D >> gs_shift, GL = (1 << gs_shift) / WR_CPT;
     const int c0 = tr * WR_CPT;
     const i64 row = ((((i64)plane_layer * 2 + side) * H + h) * N + dest);
     const i64 src = (i * H + h) * D;
@@ -199,7 +202,7 @@ __device__ __forceinline__ void write_rows_impl(
     if (gbad) s16 = WC_FP16_INF;
     else if (amax == 0.0f) s16 = 0u;
     else s16 = f32_to_f16_ru(__fdiv_rn(amax, (float)WC_SCALE_DIVISOR));
-    if (tr % GL == 0) scales[row * NG + c0 / gs] = (u16)s16;
+    if ((tr & (GL - 1)) == 0) scales[row * NG + (c0 >> gs_shift)] = (u16)s16;
     const float sb = f16_to_f32((u16)s16);
     const bool live = sb > 0.0f && sb <= WC_F32_MAX;
     const float rcp = live ? __frcp_rn(sb) : 0.0f;
@@ -246,14 +249,19 @@ __device__ __forceinline__ void write_rows_impl(
     if (tr == 0 && rbad) atomicAdd(&counters[0], 1ull);
 }
 
+// CTAs per SM the register budget is set for (ptxas, left alone, picks 48 registers at 8 bits and
+// spills 16 bytes): the wider dither fields keep more Philox words live
+__host__ __device__ constexpr int wr_min_blocks(int bits) { return bits == 8 ? 5 : (bits == 16 ? 4 : 3); }
+
 #define WC_WRITE_ENTRY(D, BITS)                                                                           \
-    extern "C" __global__ void __launch_bounds__(WR_THREADS) write_rows_##D##_##BITS(                     \
+    extern "C" __global__ void __launch_bounds__(WR_THREADS, wr_min_blocks(BITS)) write_rows_##D##_##BITS( \
         const void* xk, const void* xv, int in_dtype, int vec, const i64* slots, const i64* dest_rows, int n, \
-        int H, i64 N, int layer, int head_base, int plane_layer, int side0, int nsides, int gs, int NP2, int NB, \
+        int H, i64 N, int layer, int head_base, int plane_layer, int side0, int nsides, int gs_shift, int NP2,   \
+        int NB,                                                                                           \
         const int* bypass_ch, const int* band_ch, u32 k0, u32 k1, i8* codes, u16* scales, u16* outl, u16* wit, \
         u16* exact, unsigned long long* counters) {                                                       \
         write_rows_impl<D, BITS>(xk, xv, in_dtype, vec, slots, dest_rows, n, H, N, layer, head_base, plane_layer, \
-                                 side0, nsides, gs, NP2, NB, bypass_ch, band_ch, k0, k1, codes, scales, outl, wit, \
+                                 side0, nsides, gs_shift, NP2, NB, bypass_ch, band_ch, k0, k1, codes, scales, outl, wit, \
                                  exact, counters);                                                        \
     }
 WC_WRITE_ENTRY(64, 8)

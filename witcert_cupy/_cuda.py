@@ -200,6 +200,8 @@ def _write(k, v, dtype_code, slots, dest_rows, *, layer, plane_layer, side0, nsi
     k0, k1 = config.seed_words
     exact_arg = np.uint64(exact_ptr)
     rows_per_block = WRITE_THREADS // (d // WRITE_CHANNELS_PER_THREAD)  # tokens of one (kv head, side)
+    if config.group_size & (config.group_size - 1) or nsides not in (1, 2):  # d is 64/128/256 on the GPU
+        raise RuntimeError("internal: write_rows needs a power-of-two group size and one or two sides")
     if H * nsides > 65535:  # the grid's y extent
         raise ValueError(f"the GPU write path supports at most 32767 kv heads per pool, got {H}")
     if codes.data.ptr % 16 or (exact_ptr and exact_ptr % 16):
@@ -208,7 +210,7 @@ def _write(k, v, dtype_code, slots, dest_rows, *, layer, plane_layer, side0, nsi
     kernel("write.cu", write_kernel_name(d, config.dither_bits))(
         ((n + rows_per_block - 1) // rows_per_block, H * nsides), (WRITE_THREADS,),
         (k, v, _i32(dtype_code), _i32(vec), slots, dest_rows, _i32(n), _i32(H), np.int64(N), _i32(layer),
-         _i32(head_base), _i32(plane_layer), _i32(side0), _i32(nsides), _i32(config.group_size),
+         _i32(head_base), _i32(plane_layer), _i32(side0), _i32(nsides), _i32(config.group_size.bit_length() - 1),
          _i32(bypass_layer.shape[-1]), _i32(config.witness_bands), bypass_layer, band_ch, np.uint32(k0),
          np.uint32(k1), codes, scales.view(cp.uint16), outl.view(cp.uint16), wit.view(cp.uint16), exact_arg,
          counters))
