@@ -1,10 +1,12 @@
 // write.cu — the write path (SPEC §3) and the small elementwise kernels of the public API.
 //
-// write_rows: grid ceil(n * Hkv * sides / 8), block 256 (one warp per row; d in {64, 128, 256}).
+// write_rows_<d>_<bits>: grid (ceil(n / (256 / (d / 16))), Hkv * sides), block 256: a thread per 16
+//   channels of a row (d in {64, 128, 256}; the layout is described at write_rows_impl).
 //   Reads the input row (fp16/fp32/bf16/fp64, rounded to fp16 on entry), writes int8 codes, fp16
 //   scales, exact outlier values and the witness straight into the paged pool at `slots`, and the
 //   exact fp16 row to the host backing store when `exact` is not null (mapped pinned memory).
-//   Shared memory: static, 8 * d * 5 bytes.  Bit-for-bit twin of _cpu/write.py::write_rows.
+//   Shared memory: static, 256 * 16 * 5 bytes (the witness sums).  Bit-for-bit twin of
+//   _cpu/write.py::write_rows.
 //   head_base: the pool's first kv head in the model (tensor parallel shards): the dither stream is
 //   keyed by the global kv head, so a shard stores the same codes as a single-GPU pool.
 // dequant_rows: grid (n, Hkv), block d: x̂ = s16 * (k - ξ), bypassed channels exact.
