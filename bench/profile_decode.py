@@ -1,8 +1,12 @@
-"""One launch each of the decode kernels at B=8, Hq/Hkv=32/8, context 32768, for Nsight Compute:
+"""One launch each of the decode stage-1 kernels at B=8, Hq/Hkv=32/8, context 32768 (the library's
+choice: decode_stage1_v2 for 8-bit INT8 and fp16 stores), for Nsight Compute:
 
-    ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
-        --section WarpStateStats --section InstructionStats -k regex:decode_stage1 \
-        python3 bench/profile_decode.py
+    ncu --clock-control none --set full --import-source yes -k regex:decode_stage1 \
+        -o decode-v2 python3 bench/profile_decode.py
+    ncu --import decode-v2.ncu-rep --print-details all          # the sections
+    ncu --import decode-v2.ncu-rep --page source --csv --print-source sass   # stalls per instruction
+
+Pass ``--v1`` to profile the general kernel (decode_stage1) on the same shapes instead.
 """
 
 import sys
@@ -13,15 +17,16 @@ import cupy as cp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode import Fp16Case, Int8Case  # noqa: E402
 
+stage1 = "v1" if "--v1" in sys.argv else "auto"
 int8 = Int8Case(8, 32, 8, 32768, 16, 1)
-for unroll in (1, 4):
-    for cert in (False, True):
-        p = int8.plans(8, cert, unroll)[0]
-        p.launch()
-        cp.cuda.Device().synchronize()
-        print(f"int8 U={unroll} cert={cert}", flush=True)
+for cert in (True, False):
+    p = int8.plans(8, cert, stage1=stage1)[0]
+    p.launch()
+    cp.cuda.Device().synchronize()
+    print(f"int8 {p.kernel_name} cert={cert}", flush=True)
 int8 = None
 f16 = Fp16Case(8, 32, 8, 32768, 16, 1)
-f16.plans()[0].launch()
+p = f16.plans(stage1=stage1)[0]
+p.launch()
 cp.cuda.Device().synchronize()
-print("fp16", flush=True)
+print(f"fp16 {p.kernel_name}", flush=True)

@@ -452,7 +452,7 @@ class DecodePlan:
         # d = 128, no exact tier, no per-page output, default unroll (decode_v2.cu); decode_stage1
         # serves everything
         v2_ok = ((dev.fp16_store or bits == 8) and d == 128 and p.tier_map_dev is None and P == 0
-                 and unroll == 0 and 128 // gs <= 8 and dev.num_bands <= 64)
+                 and unroll == 0 and 128 // gs <= 8 and gs & (gs - 1) == 0 and dev.num_bands <= 64)
         if stage1 not in ("auto", "v1", "v2"):
             raise ValueError(f"stage1 must be 'auto', 'v1' or 'v2', got {stage1!r}")
         if stage1 == "v2" and not v2_ok:
@@ -466,7 +466,7 @@ class DecodePlan:
             fp16 = "true" if dev.fp16_store else "false"
             self.stage1 = kernel("decode_v2.cu", None, f"decode_stage1_v2<{G}, {fp16}>")
             self.args1 = (*common, np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset),
-                          _i32(gs), _i32(bypass.shape[-1]), _i32(dev.num_bands), _i32(int(math.log2(p.page_size))),
+                          _i32(gs.bit_length() - 1), _i32(bypass.shape[-1]), _i32(dev.num_bands), _i32(int(math.log2(p.page_size))),
                           _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)),
                           np.uint32(k0), np.uint32(k1), np.float32(sm_scale), np.float32(logb), np.float32(beta))
         else:
