@@ -225,6 +225,19 @@ def main():
     shapes = [(B, hq, hkv, ctx, PAGE) for B in batches for (hq, hkv) in heads for ctx in ctxs]
     if not args.quick:
         shapes.append((8, 32, 8, 32768, 1))
+    date = datetime.date.today().isoformat()
+    dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"decode-{date}{'-quick' if args.quick else ''}"
+
+    def save(complete):
+        meta = {"date": date, "gpu": dev["name"].decode(), "sms": dev["multiProcessorCount"], "l2_bytes": l2,
+                "cupy": cp.__version__, "torch": torch.__version__, "command": " ".join(["python3"] + sys.argv),
+                "reps": args.reps, "quick": args.quick, "complete": complete, "wall_s": time.time() - t_start,
+                "checks": checks}
+        (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+
     for i, (B, hq, hkv, ctx, page) in enumerate(shapes):
         print(f"[decode] shape {i + 1}/{len(shapes)}: B={B} Hq/Hkv={hq}/{hkv} ctx={ctx} page={page}",
               file=sys.stderr, flush=True)
@@ -284,16 +297,8 @@ def main():
                       file=sys.stderr, flush=True)
             case = None
             cp.get_default_memory_pool().free_all_blocks()
+        save(complete=i + 1 == len(shapes))  # after every shape: a run cut short keeps what it measured
 
-    date = datetime.date.today().isoformat()
-    dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    meta = {"date": date, "gpu": dev["name"].decode(), "sms": dev["multiProcessorCount"], "l2_bytes": l2,
-            "cupy": cp.__version__, "torch": torch.__version__, "command": " ".join(["python3"] + sys.argv),
-            "reps": args.reps, "quick": args.quick, "wall_s": time.time() - t_start, "checks": checks}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"decode-{date}{'-quick' if args.quick else ''}"
-    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     plot(rows, out / f"{stem}.png")
     print(f"{'method':<18}{'B':>4}{'hq/hkv':>8}{'ctx':>8}{'pg':>4}{'bits':>5}{'cert':>6}{'us':>10}{'GB/s':>8}{'/sdpa':>7}")
     for r in rows:
