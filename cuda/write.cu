@@ -1,11 +1,12 @@
 // write.cu — the write path (SPEC §3) and the small elementwise kernels of the public API.
 //
-// write_rows_<d>_<bits>: grid (ceil(n / (256 / (d / 16))), Hkv * sides), block 256: a thread per 16
-//   channels of a row (d in {64, 128, 256}; the layout is described at write_rows_impl).
+// write_rows_<d>_<bits>: grid (ceil(n / (256 / (d / cpt))), Hkv * sides), block 256: a thread per cpt
+//   = wr_cpt(bits) channels of a row (32 at 8 bits, else 16; d in {64, 128, 256}; the layout is
+//   described at write_rows_impl).
 //   Reads the input row (fp16/fp32/bf16/fp64, rounded to fp16 on entry), writes int8 codes, fp16
 //   scales, exact outlier values and the witness straight into the paged pool at `slots`, and the
 //   exact fp16 row to the host backing store when `exact` is not null (mapped pinned memory).
-//   Shared memory: static, 256 * 16 * 5 bytes (the witness sums).  Bit-for-bit twin of
+//   Shared memory: static, 256 * cpt * 5 bytes (the witness sums).  Bit-for-bit twin of
 //   _cpu/write.py::write_rows.
 //   head_base: the pool's first kv head in the model (tensor parallel shards): the dither stream is
 //   keyed by the global kv head, so a shard stores the same codes as a single-GPU pool.
@@ -58,16 +59,22 @@ __device__ __forceinline__ float row_xi(int c, u32 slot, int side, int layer, in
     return xi_of(s, c % pc, bits);
 }
 
-// Channels per thread in write_rows: one 8-bit Philox call (two at 16 bits, four at 24), one
-// 16-byte code store, and at fp16 input two 16-byte loads.  The GPU requires group_size % 16 == 0
-// (_cuda.check_gpu_config), so a scale group is a whole number of threads.
-#define WR_CPT 16
+// Channels per thread in write_rows: 32 at 8-bit dither (two Philox calls, two 16-byte code
+// stores, at fp16 input four 16-byte loads), 16 at 16 and 24 bits (two and four calls, whose words
+// would not fit twice).  Why 32: the kernel is issue-bound and a row's fixed work (indices, bounds,
+// scale, reciprocal, reductions) is shared by twice the channels (bench/NOTES.md).  The GPU requires
+// group_size % 16 == 0 (_cuda.check_gpu_config): a thread holds one or two whole scale groups, or
+// a group spans whole threads.  witcert_cupy/_cuda.py reads these defines (write_channels_per_thread).
+#define WR_LOAD 16  // channels per load_f16x16
 #define WR_THREADS 256
+#define WR_CPT_8BIT 32
+#define WR_CPT_WIDE 16
+__host__ __device__ constexpr int wr_cpt(int bits) { return bits == 8 ? WR_CPT_8BIT : WR_CPT_WIDE; }
 
 // The thread's 16 input values as packed fp16 pairs (wider dtypes rounded to nearest on entry).
 // `vec`: the row start is 16-byte aligned for every dtype (checked on the host), so the fp16 and
 // fp32 inputs take vector loads; any other case reads element by element, with the same result.
-__device__ __forceinline__ void load_f16x16(const void* base, i64 idx, int dtype, bool vec, u32 (&h2)[WR_CPT / 2]) {
+__device__ __forceinline__ void load_f16x16(const void* base, i64 idx, int dtype, bool vec, u32* h2) {
     if (vec && dtype == IN_F16) {
         const uint4* p = reinterpret_cast<const uint4*>((const u16*)base + idx);
         const uint4 a = __ldg(p), b = __ldg(p + 1);
@@ -83,7 +90,7 @@ __device__ __forceinline__ void load_f16x16(const void* base, i64 idx, int dtype
         }
     } else {
 #pragma unroll
-        for (int j = 0; j < WR_CPT / 2; ++j)
+        for (int j = 0; j < WR_LOAD / 2; ++j)
             h2[j] = (u32)load_as_f16(base, idx + 2 * j, dtype) | ((u32)load_as_f16(base, idx + 2 * j + 1, dtype) << 16);
     }
 }
@@ -116,9 +123,9 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
 // and the low byte of the sum's bits is that integer as an int8.
 #define WR_RINT_MAGIC 12582912.0f
 
-// write_rows: grid (ceil(n / rows per block), H · nsides), block WR_THREADS.  WR_CPT channels of one
-// row (token i, kv head h, side) per thread, D / WR_CPT threads per row (a power of two that divides
-// 32: a row never leaves its warp), WR_THREADS / (D / WR_CPT) consecutive tokens of one (kv head,
+// write_rows: grid (ceil(n / rows per block), H · nsides), block WR_THREADS.  CPT = wr_cpt(BITS)
+// channels of one row (token i, kv head h, side) per thread, D / CPT threads per row (a power of two
+// that divides 32: a row never leaves its warp), WR_THREADS / (D / CPT) consecutive tokens of one (kv head,
 // side) per block, so the block's code rows are contiguous in the pool and no thread divides a
 // 64-bit index.  Each thread computes its own Philox call(s): every call runs once per row.
 // Group amax and the non-finite flags reduce with shuffles over the row's lanes; the witness bands
@@ -140,9 +147,11 @@ __device__ __forceinline__ void write_rows_impl(
     i8* __restrict__ codes, u16* __restrict__ scales, u16* __restrict__ outl, u16* __restrict__ wit,
     u16* __restrict__ exact,             // host-mapped [L, 2, H, N, D] or null
     unsigned long long* __restrict__ counters) {  // [0]: non-finite rows, [1]: rows with a bad slot
-    constexpr int TPR = D / WR_CPT;                        // threads per row
+    constexpr int CPT = wr_cpt(BITS);                      // channels per thread
+    constexpr int TPR = D / CPT;                           // threads per row
     constexpr int RPB = WR_THREADS / TPR;                  // rows per block
     constexpr int PC = BITS == 8 ? 16 : (BITS == 16 ? 8 : 4);  // channels per Philox call
+    constexpr int HV = CPT / 16;                           // 16-channel parts: the smallest scale group
     static_assert(TPR >= 1 && TPR <= 32 && (32 % TPR) == 0, "a row must stay inside one warp");
     __shared__ float err2_s[RPB][D];
     __shared__ u8 byp_s[RPB][D];
@@ -157,91 +166,145 @@ __device__ __forceinline__ void write_rows_impl(
         if (tr == 0) atomicAdd(&counters[1], 1ull);
         return;
     }
-    // scale groups per row, lanes per group: shifts, not divisions (the kernel is issue-bound)
-    const int NG = D >> gs_shift, GL = (1 << gs_shift) / WR_CPT;
-    const int c0 = tr * WR_CPT;
+    // scale groups per row; `split`: each 16-channel part of the thread is a group of its own
+    // (gs = 16 at 32 channels per thread), else a group spans GL whole threads.  Shifts, not
+    // divisions (the kernel is issue-bound).
+    const int NG = D >> gs_shift;
+    const bool split = (1 << gs_shift) < CPT;
+    const int GL = split ? 1 : (1 << gs_shift) / CPT;
+    const int c0 = tr * CPT;
     const i64 row = ((((i64)plane_layer * 2 + side) * H + h) * N + dest);
     const i64 src = (i * H + h) * D;
     const void* x_in = side == 0 ? xk : xv;
 
     // Philox first: it depends only on the slot, so it overlaps the input loads
-    u32x4 w[WR_CPT / PC];
+    u32x4 w[CPT / PC];
 #pragma unroll
-    for (int q = 0; q < WR_CPT / PC; ++q)
+    for (int q = 0; q < CPT / PC; ++q)
         w[q] = philox10((u32)slot, dither_ctr1(side, c0 / PC + q), dither_ctr2(layer, h + head_base), 0u, k0, k1);
 
-    u32 xh[WR_CPT / 2];
-    load_f16x16(x_in, src + c0, in_dtype, vec != 0, xh);
+    u32 xh[CPT / 2];
+#pragma unroll
+    for (int q = 0; q < CPT / WR_LOAD; ++q) load_f16x16(x_in, src + c0 + WR_LOAD * q, in_dtype, vec != 0, xh + WR_LOAD / 2 * q);
     if (exact != nullptr) {
         uint4* e = reinterpret_cast<uint4*>(exact + row * D + c0);
-        e[0] = make_uint4(xh[0], xh[1], xh[2], xh[3]);
-        e[1] = make_uint4(xh[4], xh[5], xh[6], xh[7]);
+#pragma unroll
+        for (int q = 0; q < CPT / 8; ++q) e[q] = make_uint4(xh[4 * q], xh[4 * q + 1], xh[4 * q + 2], xh[4 * q + 3]);
     }
     u32 bmask = 0;                                         // bypassed channels among this thread's
     for (int t = 0; t < NP2; ++t) {
         const int ch = bypass_ch[h * NP2 + t] - c0;
-        if ((unsigned)ch < (unsigned)WR_CPT) bmask |= 1u << ch;
+        if ((unsigned)ch < (unsigned)CPT) bmask |= 1u << ch;
     }
-    // per thread: the largest |x| over every channel (NaN propagating: the group's non-finite flag,
-    // SPEC §3.6, bypassed channels included) and over the quantized channels (the scale's amax)
-    float x[WR_CPT];
-    float amax_all = 0.0f, amax = 0.0f;
+    // per 16-channel part: the largest |x| over every channel (NaN propagating: the group's
+    // non-finite flag, SPEC §3.6, bypassed channels included) and over the quantized channels (the
+    // scale's amax).  max is order-free (and NaN-propagating max too, for the flag), so combining
+    // parts and lanes in any order gives the twin's values.
+    float x[CPT];
+    float pall[HV], pq[HV];
 #pragma unroll
-    for (int j = 0; j < WR_CPT; ++j) {
+    for (int v = 0; v < HV; ++v) pall[v] = pq[v] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < CPT; ++j) {
         x[j] = f16_to_f32((u16)(xh[j / 2] >> (16 * (j % 2))));
-        amax_all = fmax_nan(amax_all, fabsf(x[j]));
-        if (bmask) amax = fmaxf(amax, ((bmask >> j) & 1u) ? 0.0f : fabsf(x[j]));
+        pall[j / 16] = fmax_nan(pall[j / 16], fabsf(x[j]));
+        if (bmask) pq[j / 16] = fmaxf(pq[j / 16], ((bmask >> j) & 1u) ? 0.0f : fabsf(x[j]));
     }
-    if (!bmask) amax = amax_all;  // (when it is not finite the group is poisoned and amax unused)
-    for (int off = 1; off < GL; off <<= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(seg, amax, off));
-        amax_all = fmax_nan(amax_all, __shfl_xor_sync(seg, amax_all, off));
+    if (!bmask) {  // (when it is not finite the group is poisoned and amax unused)
+#pragma unroll
+        for (int v = 0; v < HV; ++v) pq[v] = pall[v];
     }
-    const bool gbad = !(amax_all <= WC_F32_MAX);
-    for (int off = GL; off < TPR; off <<= 1) amax_all = fmax_nan(amax_all, __shfl_xor_sync(seg, amax_all, off));
-    const bool rbad = !(amax_all <= WC_F32_MAX);
-    u32 s16;
-    if (gbad) s16 = WC_FP16_INF;
-    else if (amax == 0.0f) s16 = 0u;
-    else s16 = f32_to_f16_ru(__fdiv_rn(amax, (float)WC_SCALE_DIVISOR));
-    if ((tr & (GL - 1)) == 0) scales[row * NG + (c0 >> gs_shift)] = (u16)s16;
-    const float sb = f16_to_f32((u16)s16);
-    const bool live = sb > 0.0f && sb <= WC_F32_MAX;
-    const float rcp = live ? __frcp_rn(sb) : 0.0f;
+    float gq[HV], gall[HV];                                 // per part: its group's amax and flag
+    float rall = pall[0];                                   // the row's flag
+#pragma unroll
+    for (int v = 1; v < HV; ++v) rall = fmax_nan(rall, pall[v]);
+    if (split) {
+#pragma unroll
+        for (int v = 0; v < HV; ++v) {
+            gq[v] = pq[v];
+            gall[v] = pall[v];
+        }
+    } else {
+        float a = pq[0];
+#pragma unroll
+        for (int v = 1; v < HV; ++v) a = fmaxf(a, pq[v]);
+        float aa = rall;
+        for (int off = 1; off < GL; off <<= 1) {
+            a = fmaxf(a, __shfl_xor_sync(seg, a, off));
+            aa = fmax_nan(aa, __shfl_xor_sync(seg, aa, off));
+        }
+#pragma unroll
+        for (int v = 0; v < HV; ++v) {
+            gq[v] = a;
+            gall[v] = aa;
+        }
+        rall = aa;
+    }
+    for (int off = GL; off < TPR; off <<= 1) rall = fmax_nan(rall, __shfl_xor_sync(seg, rall, off));
+    const bool rbad = !(rall <= WC_F32_MAX);
+    // each group's scale, from its amax (once per thread when the parts share a group)
+    float sb[HV], rcp[HV];
+    bool live[HV];
+    bool all_live = true;
+#pragma unroll
+    for (int v = 0; v < HV; ++v) {
+        if (v == 0 || split) {
+            u32 s16;
+            if (!(gall[v] <= WC_F32_MAX)) s16 = WC_FP16_INF;
+            else if (gq[v] == 0.0f) s16 = 0u;
+            else s16 = f32_to_f16_ru(__fdiv_rn(gq[v], (float)WC_SCALE_DIVISOR));
+            if (split) scales[row * NG + (c0 >> gs_shift) + v] = (u16)s16;
+            else if ((tr & (GL - 1)) == 0) scales[row * NG + (c0 >> gs_shift)] = (u16)s16;
+            sb[v] = f16_to_f32((u16)s16);
+            live[v] = sb[v] > 0.0f && sb[v] <= WC_F32_MAX;
+            rcp[v] = live[v] ? __frcp_rn(sb[v]) : 0.0f;
+        } else {
+            sb[v] = sb[0];
+            live[v] = live[0];
+            rcp[v] = rcp[0];
+        }
+        all_live = all_live && live[v];
+    }
 
-    u32 mb[WR_CPT];                                        // bits of z + WR_RINT_MAGIC
-    if (live && !bmask && NB == 0) {
+    u32 mb[CPT];                                           // bits of z + WR_RINT_MAGIC
+    if (all_live && !bmask && NB == 0) {
         // the common case, every channel quantized and no witness: z = x/s + ξ with ξ's
         // 2^16-multiple folded into one FMA (exact product, one rounding: the twin's fp32 sum)
 #pragma unroll
-        for (int j = 0; j < WR_CPT; ++j) {
-            const float z = __fmaf_rn(xi_scaled<BITS>(w[j / PC], j % PC), xi_unscale<BITS>(), quotient_rn(x[j], sb, rcp));
+        for (int j = 0; j < CPT; ++j) {
+            const float z = __fmaf_rn(xi_scaled<BITS>(w[j / PC], j % PC), xi_unscale<BITS>(),
+                                      quotient_rn(x[j], sb[j / 16], rcp[j / 16]));
             mb[j] = __float_as_uint(__fadd_rn(z, WR_RINT_MAGIC));
         }
     } else {
 #pragma unroll
-        for (int j = 0; j < WR_CPT; ++j) {
+        for (int j = 0; j < CPT; ++j) {
             const float xi = __fmul_rn(xi_scaled<BITS>(w[j / PC], j % PC), xi_unscale<BITS>());
-            const bool quantized = live && !((bmask >> j) & 1u);
-            const float z = quantized ? __fadd_rn(quotient_rn(x[j], sb, rcp), xi) : 0.0f;
+            const bool quantized = live[j / 16] && !((bmask >> j) & 1u);
+            const float z = quantized ? __fadd_rn(quotient_rn(x[j], sb[j / 16], rcp[j / 16]), xi) : 0.0f;
             const float m = __fadd_rn(z, WR_RINT_MAGIC);
             mb[j] = __float_as_uint(m);
             if (NB > 0) {
-                const float xhat = __fmul_rn(sb, __fsub_rn(__fsub_rn(m, WR_RINT_MAGIC), xi));
+                const float xhat = __fmul_rn(sb[j / 16], __fsub_rn(__fsub_rn(m, WR_RINT_MAGIC), xi));
                 err2_s[rb][c0 + j] = ((bmask >> j) & 1u) ? 0.0f : square_up(next_up(fabsf(__fsub_rn(xhat, x[j]))));
                 byp_s[rb][c0 + j] = (u8)((bmask >> j) & 1u);
             }
         }
     }
-    u32 packed[WR_CPT / 4];
 #pragma unroll
-    for (int q = 0; q < WR_CPT / 4; ++q)
-        packed[q] = __byte_perm(__byte_perm(mb[4 * q], mb[4 * q + 1], 0x0040u),
-                                __byte_perm(mb[4 * q + 2], mb[4 * q + 3], 0x0040u), 0x5410u);
-    *reinterpret_cast<uint4*>(codes + row * D + c0) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    for (int q = 0; q < CPT / 16; ++q) {
+        u32 packed[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int b = 16 * q + 4 * r;
+            packed[r] = __byte_perm(__byte_perm(mb[b], mb[b + 1], 0x0040u), __byte_perm(mb[b + 2], mb[b + 3], 0x0040u),
+                                    0x5410u);
+        }
+        reinterpret_cast<uint4*>(codes + row * D + c0)[q] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    }
     for (int t = 0; t < NP2; ++t) {
         const int ch = bypass_ch[h * NP2 + t];
-        if ((unsigned)(ch - c0) < (unsigned)WR_CPT) outl[row * NP2 + t] = load_as_f16(x_in, src + ch, in_dtype);
+        if ((unsigned)(ch - c0) < (unsigned)CPT) outl[row * NP2 + t] = load_as_f16(x_in, src + ch, in_dtype);
     }
     if (NB > 0) {
         __syncwarp(seg);
@@ -251,9 +314,10 @@ __device__ __forceinline__ void write_rows_impl(
     if (tr == 0 && rbad) atomicAdd(&counters[0], 1ull);
 }
 
-// CTAs per SM the register budget is set for (ptxas, left alone, picks 48 registers at 8 bits and
-// spills 16 bytes): the wider dither fields keep more Philox words live
-__host__ __device__ constexpr int wr_min_blocks(int bits) { return bits == 8 ? 5 : (bits == 16 ? 4 : 3); }
+// CTAs per SM the register budget is set for: at 8 bits (32 channels per thread) 3 (80 registers;
+// ptxas spills at 4); at 16 and 24 bits 4 and 3, where the wider dither fields keep more Philox
+// words live
+__host__ __device__ constexpr int wr_min_blocks(int bits) { return bits == 8 ? 3 : (bits == 16 ? 4 : 3); }
 
 #define WC_WRITE_ENTRY(D, BITS)                                                                           \
     extern "C" __global__ void __launch_bounds__(WR_THREADS, wr_min_blocks(BITS)) write_rows_##D##_##BITS( \

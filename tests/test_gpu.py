@@ -158,10 +158,12 @@ def test_write_quotient_is_ieee_division_for_every_fp16_pair():
     assert int(counts[0]) == 0
 
 
-@pytest.mark.parametrize("d,gs,bits", [(128, 128, 8), (64, 64, 16), (256, 16, 8), (128, 16, 24)])
+@pytest.mark.parametrize("d,gs,bits", [(128, 128, 8), (64, 64, 16), (256, 16, 8), (64, 16, 8), (128, 32, 8),
+                                       (128, 16, 24)])
 def test_write_group_sizes_and_unaligned_input(d, gs, bits):
-    """Scale groups from one thread's 16 channels up to the whole row, and an input whose start is
-    not 16-byte aligned (the element-wise load path): bit-identical to the CPU twin."""
+    """Scale groups from 16 channels (two in one thread at 8-bit dither, 32 channels per thread)
+    up to the whole row, and an input whose start is not 16-byte aligned (the element-wise load
+    path): bit-identical to the CPU twin."""
     rng = np.random.default_rng(d + gs)
     n, H = 300, 3
     x = _adversarial(rng, n * H, d).reshape(n, H, d)

@@ -180,9 +180,15 @@ def check_gpu_config(config):
         raise ValueError(f"the GPU kernels support at most 64 witness bands, got {config.witness_bands}")
 
 
-# write_rows' launch shape (cuda/write.cu: WR_THREADS, WR_CPT)
+# write_rows' launch shape (cuda/write.cu: WR_THREADS, wr_cpt)
 WRITE_THREADS = 256
-WRITE_CHANNELS_PER_THREAD = 16
+
+
+@functools.lru_cache(maxsize=None)
+def write_channels_per_thread(dither_bits):
+    """Channels of a row per thread of write_rows, read from cuda/write.cu (``wr_cpt``)."""
+    name = "WR_CPT_8BIT" if dither_bits == 8 else "WR_CPT_WIDE"
+    return int(re.search(rf"#define {name} (\d+)", (kernel_dir() / "write.cu").read_text()).group(1))
 
 
 def write_kernel_name(head_dim, dither_bits):
@@ -199,7 +205,7 @@ def _write(k, v, dtype_code, slots, dest_rows, *, layer, plane_layer, side0, nsi
     d = config.head_dim
     k0, k1 = config.seed_words
     exact_arg = np.uint64(exact_ptr)
-    rows_per_block = WRITE_THREADS // (d // WRITE_CHANNELS_PER_THREAD)  # tokens of one (kv head, side)
+    rows_per_block = WRITE_THREADS // (d // write_channels_per_thread(config.dither_bits))  # tokens of one (kv head, side)
     if config.group_size & (config.group_size - 1) or nsides not in (1, 2):  # d is 64/128/256 on the GPU
         raise RuntimeError("internal: write_rows needs a power-of-two group size and one or two sides")
     if H * nsides > 65535:  # the grid's y extent
