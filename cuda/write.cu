@@ -1,8 +1,8 @@
 // write.cu — the write path (SPEC §3) and the small elementwise kernels of the public API.
 //
-// write_rows_<d>_<bits>: grid (ceil(n / (256 / (d / cpt))), Hkv * sides), block 256: a thread per cpt
-//   = wr_cpt(bits) channels of a row (32 at 8 bits, else 16; d in {64, 128, 256}; the layout is
-//   described at write_rows_impl).
+// write_rows_<d>_<bits>_c<cpt>: grid (ceil(n / (256 / (d / cpt))), Hkv * sides), block 256: a thread
+//   per cpt channels of a row (32 at 8 bits without a witness, else 16; d in {64, 128, 256}; the
+//   layout is described at write_rows_impl).
 //   Reads the input row (fp16/fp32/bf16/fp64, rounded to fp16 on entry), writes int8 codes, fp16
 //   scales, exact outlier values and the witness straight into the paged pool at `slots`, and the
 //   exact fp16 row to the host backing store when `exact` is not null (mapped pinned memory).
@@ -59,17 +59,15 @@ __device__ __forceinline__ float row_xi(int c, u32 slot, int side, int layer, in
     return xi_of(s, c % pc, bits);
 }
 
-// Channels per thread in write_rows: 32 at 8-bit dither (two Philox calls, two 16-byte code
-// stores, at fp16 input four 16-byte loads), 16 at 16 and 24 bits (two and four calls, whose words
-// would not fit twice).  Why 32: the kernel is issue-bound and a row's fixed work (indices, bounds,
-// scale, reciprocal, reductions) is shared by twice the channels (bench/NOTES.md).  The GPU requires
-// group_size % 16 == 0 (_cuda.check_gpu_config): a thread holds one or two whole scale groups, or
-// a group spans whole threads.  witcert_cupy/_cuda.py reads these defines (write_channels_per_thread).
+// Channels per thread in write_rows (CPT, in the entry's name): 32 at 8-bit dither without a
+// witness (two Philox calls, two 16-byte code stores, at fp16 input four 16-byte loads), else 16
+// (16 and 24 bits: two and four calls, whose words would not fit twice; with a witness the band
+// sums, one lane each, would be shared by half the lanes).  Why 32: the kernel is issue-bound and a
+// row's fixed work (indices, bounds, scale, reciprocal, reductions) is shared by twice the channels
+// (bench/NOTES.md).  The GPU requires group_size % 16 == 0 (_cuda.check_gpu_config): a thread
+// holds one or two whole scale groups, or a group spans whole threads.
 #define WR_LOAD 16  // channels per load_f16x16
 #define WR_THREADS 256
-#define WR_CPT_8BIT 32
-#define WR_CPT_WIDE 16
-__host__ __device__ constexpr int wr_cpt(int bits) { return bits == 8 ? WR_CPT_8BIT : WR_CPT_WIDE; }
 
 // The thread's 16 input values as packed fp16 pairs (wider dtypes rounded to nearest on entry).
 // `vec`: the row start is 16-byte aligned for every dtype (checked on the host), so the fp16 and
@@ -123,7 +121,7 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
 // and the low byte of the sum's bits is that integer as an int8.
 #define WR_RINT_MAGIC 12582912.0f
 
-// write_rows: grid (ceil(n / rows per block), H · nsides), block WR_THREADS.  CPT = wr_cpt(BITS)
+// write_rows: grid (ceil(n / rows per block), H · nsides), block WR_THREADS.  CPT
 // channels of one row (token i, kv head h, side) per thread, D / CPT threads per row (a power of two
 // that divides 32: a row never leaves its warp), WR_THREADS / (D / CPT) consecutive tokens of one (kv head,
 // side) per block, so the block's code rows are contiguous in the pool and no thread divides a
@@ -133,7 +131,7 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
 // the IEEE quotient from the group's reciprocal (quotient_rn, checked against division for every
 // fp16 pair by tests/test_gpu.py); every other operation is the twin's, so codes, scales,
 // outliers and witness are bit-identical to _cpu/write.py::write_rows.
-template <int D, int BITS>
+template <int D, int BITS, int CPT>
 __device__ __forceinline__ void write_rows_impl(
     const void* __restrict__ xk, const void* __restrict__ xv, int in_dtype, int vec,
     const i64* __restrict__ slots,       // [n] dither slot of each row
@@ -147,11 +145,11 @@ __device__ __forceinline__ void write_rows_impl(
     i8* __restrict__ codes, u16* __restrict__ scales, u16* __restrict__ outl, u16* __restrict__ wit,
     u16* __restrict__ exact,             // host-mapped [L, 2, H, N, D] or null
     unsigned long long* __restrict__ counters) {  // [0]: non-finite rows, [1]: rows with a bad slot
-    constexpr int CPT = wr_cpt(BITS);                      // channels per thread
     constexpr int TPR = D / CPT;                           // threads per row
     constexpr int RPB = WR_THREADS / TPR;                  // rows per block
     constexpr int PC = BITS == 8 ? 16 : (BITS == 16 ? 8 : 4);  // channels per Philox call
     constexpr int HV = CPT / 16;                           // 16-channel parts: the smallest scale group
+    static_assert(CPT == 16 || (CPT == 32 && BITS == 8), "32 channels per thread only at 8-bit dither");
     static_assert(TPR >= 1 && TPR <= 32 && (32 % TPR) == 0, "a row must stay inside one warp");
     __shared__ float err2_s[RPB][D];
     __shared__ u8 byp_s[RPB][D];
@@ -314,31 +312,37 @@ __device__ __forceinline__ void write_rows_impl(
     if (tr == 0 && rbad) atomicAdd(&counters[0], 1ull);
 }
 
-// CTAs per SM the register budget is set for: at 8 bits (32 channels per thread) 3 (80 registers;
-// ptxas spills at 4); at 16 and 24 bits 4 and 3, where the wider dither fields keep more Philox
-// words live
-__host__ __device__ constexpr int wr_min_blocks(int bits) { return bits == 8 ? 3 : (bits == 16 ? 4 : 3); }
+// CTAs per SM the register budget is set for (the largest count without spills): 32 channels per
+// thread 3 (80 registers); 16 channels 4 at 8 and 16 bits, 3 at 24 bits, where the wider dither
+// fields keep more Philox words live
+__host__ __device__ constexpr int wr_min_blocks(int bits, int cpt) {
+    return cpt == 32 ? 3 : (bits == 24 ? 3 : 4);
+}
 
-#define WC_WRITE_ENTRY(D, BITS)                                                                           \
-    extern "C" __global__ void __launch_bounds__(WR_THREADS, wr_min_blocks(BITS)) write_rows_##D##_##BITS( \
-        const void* xk, const void* xv, int in_dtype, int vec, const i64* slots, const i64* dest_rows, int n, \
-        int H, i64 N, int layer, int head_base, int plane_layer, int side0, int nsides, int gs_shift, int NP2,   \
-        int NB,                                                                                           \
-        const int* bypass_ch, const int* band_ch, u32 k0, u32 k1, i8* codes, u16* scales, u16* outl, u16* wit, \
-        u16* exact, unsigned long long* counters) {                                                       \
-        write_rows_impl<D, BITS>(xk, xv, in_dtype, vec, slots, dest_rows, n, H, N, layer, head_base, plane_layer, \
-                                 side0, nsides, gs_shift, NP2, NB, bypass_ch, band_ch, k0, k1, codes, scales, outl, wit, \
-                                 exact, counters);                                                        \
+#define WC_WRITE_ENTRY(D, BITS, CPT)                                                                      \
+    extern "C" __global__ void __launch_bounds__(WR_THREADS, wr_min_blocks(BITS, CPT))                    \
+        write_rows_##D##_##BITS##_c##CPT(                                                                 \
+            const void* xk, const void* xv, int in_dtype, int vec, const i64* slots, const i64* dest_rows, int n, \
+            int H, i64 N, int layer, int head_base, int plane_layer, int side0, int nsides, int gs_shift, int NP2, \
+            int NB, const int* bypass_ch, const int* band_ch, u32 k0, u32 k1, i8* codes, u16* scales, u16* outl, \
+            u16* wit, u16* exact, unsigned long long* counters) {                                         \
+        write_rows_impl<D, BITS, CPT>(xk, xv, in_dtype, vec, slots, dest_rows, n, H, N, layer, head_base,     \
+                                      plane_layer, side0, nsides, gs_shift, NP2, NB, bypass_ch, band_ch, k0, k1, \
+                                      codes, scales, outl, wit, exact, counters);                         \
     }
-WC_WRITE_ENTRY(64, 8)
-WC_WRITE_ENTRY(64, 16)
-WC_WRITE_ENTRY(64, 24)
-WC_WRITE_ENTRY(128, 8)
-WC_WRITE_ENTRY(128, 16)
-WC_WRITE_ENTRY(128, 24)
-WC_WRITE_ENTRY(256, 8)
-WC_WRITE_ENTRY(256, 16)
-WC_WRITE_ENTRY(256, 24)
+// the launch layer (witcert_cupy/_cuda.py: write_kernel) picks c32 at 8 bits without a witness
+WC_WRITE_ENTRY(64, 8, 32)
+WC_WRITE_ENTRY(64, 8, 16)
+WC_WRITE_ENTRY(64, 16, 16)
+WC_WRITE_ENTRY(64, 24, 16)
+WC_WRITE_ENTRY(128, 8, 32)
+WC_WRITE_ENTRY(128, 8, 16)
+WC_WRITE_ENTRY(128, 16, 16)
+WC_WRITE_ENTRY(128, 24, 16)
+WC_WRITE_ENTRY(256, 8, 32)
+WC_WRITE_ENTRY(256, 8, 16)
+WC_WRITE_ENTRY(256, 16, 16)
+WC_WRITE_ENTRY(256, 24, 16)
 
 // store_fp16_rows: grid (n, Hkv, 2 sides), block d.  Stores what a scheme reconstructs (`stored`,
 // or the exact row when null) as fp16, and the Tier-A witness of stored − exact.  Twin of

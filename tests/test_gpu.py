@@ -161,26 +161,33 @@ def test_write_quotient_is_ieee_division_for_every_fp16_pair():
 @pytest.mark.parametrize("d,gs,bits", [(128, 128, 8), (64, 64, 16), (256, 16, 8), (64, 16, 8), (128, 32, 8),
                                        (128, 16, 24)])
 def test_write_group_sizes_and_unaligned_input(d, gs, bits):
-    """Scale groups from 16 channels (two in one thread at 8-bit dither, 32 channels per thread)
-    up to the whole row, and an input whose start is not 16-byte aligned (the element-wise load
-    path): bit-identical to the CPU twin."""
+    """Scale groups from 16 channels (two in one thread at 8-bit dither without a witness: 32
+    channels per thread) up to the whole row, with and without a witness (the two 8-bit entries),
+    and an input whose start is not 16-byte aligned (the element-wise load path): bit-identical
+    to the CPU twin."""
+    from witcert_cupy import _cuda
+
     rng = np.random.default_rng(d + gs)
     n, H = 300, 3
     x = _adversarial(rng, n * H, d).reshape(n, H, d)
     x[7, 1, 5] = np.inf
-    cfg = wc.QuantConfig(d, group_size=gs, dither_bits=bits, seed=11, witness_bands=4,
-                         outlier_pairs=np.array([[[0, 3], [1, 2], [d // 2 - 1, 4]]]))
     slots = rng.permutation(10_000)[:n]
-    a = wc.quantize(x.astype(np.float16), slots, layer=0, side="v", config=cfg)
     flat = cp.zeros(n * H * d + 1, cp.float16)
     flat[1:] = cp.asarray(x.astype(np.float16).ravel())
     xg = flat[1:].reshape(n, H, d)
     assert xg.data.ptr % 16 != 0
-    for xin in (xg, cp.asarray(x.astype(np.float32))):
-        b = wc.quantize(xin, cp.asarray(slots), layer=0, side="v", config=cfg)
-        for name in ("scales", "outliers", "witness"):
-            assert np.array_equal(_np(getattr(b, name)).view(np.uint16), getattr(a, name).view(np.uint16)), name
-        assert np.array_equal(_np(b.codes), a.codes)  # same fp32 operations as the twin: ties included
+    cpts = set()
+    for bands in (4, 0):
+        cfg = wc.QuantConfig(d, group_size=gs, dither_bits=bits, seed=11, witness_bands=bands,
+                             outlier_pairs=np.array([[[0, 3], [1, 2], [d // 2 - 1, 4]]]))
+        cpts.add(_cuda.write_kernel(d, bits, bands)[1])
+        a = wc.quantize(x.astype(np.float16), slots, layer=0, side="v", config=cfg)
+        for xin in (xg, cp.asarray(x.astype(np.float32))):
+            b = wc.quantize(xin, cp.asarray(slots), layer=0, side="v", config=cfg)
+            for name in ("scales", "outliers", "witness"):
+                assert np.array_equal(_np(getattr(b, name)).view(np.uint16), getattr(a, name).view(np.uint16)), name
+            assert np.array_equal(_np(b.codes), a.codes)  # same fp32 operations as the twin: ties included
+    assert cpts == ({16, 32} if bits == 8 else {16})
 
 
 def _pools(seed, **kw):

@@ -180,19 +180,15 @@ def check_gpu_config(config):
         raise ValueError(f"the GPU kernels support at most 64 witness bands, got {config.witness_bands}")
 
 
-# write_rows' launch shape (cuda/write.cu: WR_THREADS, wr_cpt)
+# write_rows' launch shape (cuda/write.cu: WR_THREADS, the entries write_rows_<d>_<bits>_c<cpt>)
 WRITE_THREADS = 256
 
 
-@functools.lru_cache(maxsize=None)
-def write_channels_per_thread(dither_bits):
-    """Channels of a row per thread of write_rows, read from cuda/write.cu (``wr_cpt``)."""
-    name = "WR_CPT_8BIT" if dither_bits == 8 else "WR_CPT_WIDE"
-    return int(re.search(rf"#define {name} (\d+)", (kernel_dir() / "write.cu").read_text()).group(1))
-
-
-def write_kernel_name(head_dim, dither_bits):
-    return f"write_rows_{head_dim}_{dither_bits}"
+def write_kernel(head_dim, dither_bits, witness_bands):
+    """(name, channels per thread) of the write_rows entry for a configuration: 32 channels per
+    thread at 8-bit dither without a witness, else 16 (cuda/write.cu says why)."""
+    cpt = 32 if dither_bits == 8 and witness_bands == 0 else 16
+    return f"write_rows_{head_dim}_{dither_bits}_c{cpt}", cpt
 
 
 def _write(k, v, dtype_code, slots, dest_rows, *, layer, plane_layer, side0, nsides, H, N, config,
@@ -205,7 +201,8 @@ def _write(k, v, dtype_code, slots, dest_rows, *, layer, plane_layer, side0, nsi
     d = config.head_dim
     k0, k1 = config.seed_words
     exact_arg = np.uint64(exact_ptr)
-    rows_per_block = WRITE_THREADS // (d // write_channels_per_thread(config.dither_bits))  # tokens of one (kv head, side)
+    name, cpt = write_kernel(d, config.dither_bits, config.witness_bands)
+    rows_per_block = WRITE_THREADS // (d // cpt)  # tokens of one (kv head, side)
     if config.group_size & (config.group_size - 1) or nsides not in (1, 2):  # d is 64/128/256 on the GPU
         raise RuntimeError("internal: write_rows needs a power-of-two group size and one or two sides")
     if H * nsides > 65535:  # the grid's y extent
@@ -213,7 +210,7 @@ def _write(k, v, dtype_code, slots, dest_rows, *, layer, plane_layer, side0, nsi
     if codes.data.ptr % 16 or (exact_ptr and exact_ptr % 16):
         raise RuntimeError("internal: the pool's code planes must be 16-byte aligned")
     vec = all(a.data.ptr % 16 == 0 for a in (k, v))  # row offsets are multiples of 32 bytes
-    kernel("write.cu", write_kernel_name(d, config.dither_bits))(
+    kernel("write.cu", name)(
         ((n + rows_per_block - 1) // rows_per_block, H * nsides), (WRITE_THREADS,),
         (k, v, _i32(dtype_code), _i32(vec), slots, dest_rows, _i32(n), _i32(H), np.int64(N), _i32(layer),
          _i32(head_base), _i32(plane_layer), _i32(side0), _i32(nsides), _i32(config.group_size.bit_length() - 1),
