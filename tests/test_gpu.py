@@ -185,6 +185,9 @@ def test_write_group_sizes_and_unaligned_input(d, gs, bits):
         for xin in (xg, cp.asarray(x.astype(np.float32))):
             b = wc.quantize(xin, cp.asarray(slots), layer=0, side="v", config=cfg)
             for name in ("scales", "outliers", "witness"):
+                if getattr(a, name) is None:  # no witness bands: neither backend stores one
+                    assert getattr(b, name) is None, name
+                    continue
                 assert np.array_equal(_np(getattr(b, name)).view(np.uint16), getattr(a, name).view(np.uint16)), name
             assert np.array_equal(_np(b.codes), a.codes)  # same fp32 operations as the twin: ties included
     assert cpts == ({16, 32} if bits == 8 else {16})
