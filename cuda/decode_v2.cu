@@ -5,7 +5,7 @@
 //
 // decode_stage1_v2<G, FP16>: grid (num_splits, Hkv, B), block 128.  Per tile of 32 tokens:
 //   A. warp = (side, half row), lane = token: each thread dequantizes 64 channels of one (token,
-//      side) — 4 Philox calls, 4 instructions per element (v2_dequant4) — into the shared fp32
+//      side) — 4 Philox calls, 4 instructions per element (v2_dequant16) — into the shared fp32
 //      tiles K̂[32][132], V̂[32][132] (padded: a quarter-warp's 16-byte stores and phase B's row
 //      reads hit 8 different rows, so distinct banks); K's scales and witness are staged for the
 //      certificate; warp 0 reads the next tile's page ids meanwhile;
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
     }
     // this thread's share of phase A: token `lane`, one side, the 4 chunks (16 channels, one
     // Philox call each) from c0.  Why a row per thread: one address, four 16-byte loads issued
-    // together (v2.3's chunk-per-lane items, coalesced but with an address each, had ptxas issue
+    // together (v2.3a/b's chunk-per-lane items, coalesced but with an address each, had ptxas issue
     // each item's load just before its use: long-scoreboard stalls ate the saved instructions).
     const int side = warp >> 1, c0 = (warp & 1) * 64;
     bool byp = false;  // an outlier channel in this thread's 64 (SPEC §3 bypass)
