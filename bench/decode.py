@@ -131,10 +131,10 @@ class Int8Case:
     def bytes_moved(self):
         return self.B * self.hkv * self.ctx * 2 * self.cfg.bytes_per_token_side()
 
-    def plans(self, bits, cert, unroll=0, stage1="auto"):
+    def plans(self, bits, cert, unroll=0, stage1="auto", num_splits=None):
         self.pool.config = dataclasses.replace(self.cfg, dither_bits=bits)
         c = wc.CertConfig(tier="B", num_layers=32, steps=1024) if cert else None
-        return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), c, None, unroll,
+        return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), c, num_splits, unroll,
                                     stage1=stage1) for r in range(self.rot)]
 
     def check(self, bits, cert, stage1="auto"):
@@ -209,11 +209,15 @@ def main():
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--sweep", action="store_true", help="tokens-per-step (U) sweep of the INT8 kernel only")
+    ap.add_argument("--splits", action="store_true",
+                    help="split-count sweep of the certified INT8 decode at small batches (the default beside)")
     args = ap.parse_args()
     import torch
 
     if args.sweep:
         return sweep(args)
+    if args.splits:
+        return split_sweep(args)
 
     batches, heads, ctxs = [1, 8, 32], [(32, 8), (28, 4)], [4096, 32768, 131072]
     bits_list = [8, 16, 24]
@@ -326,6 +330,34 @@ def sweep(args):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"decode-sweep-{datetime.date.today().isoformat()}.json").write_text(json.dumps(rows, indent=1))
+
+
+def split_sweep(args):
+    """Side by side in one run: the certified INT8 decode (8-bit dither) at the library's default
+    split count and at fixed counts, for the small-batch shapes where splits of one page leave each
+    CTA half a 32-token tile (bench/NOTES.md, session 5); SDPA fp16 on the same shape for scale."""
+    l2 = l2_bytes()
+    rows = []
+    for B, hq, hkv, ctx in ((1, 32, 8, 4096), (1, 28, 4, 4096), (1, 32, 8, 32768), (1, 28, 4, 32768),
+                            (8, 32, 8, 4096), (8, 32, 8, 32768)):
+        fns, _, _ = sdpa_case(B, hq, hkv, ctx, rotations(B * hkv * ctx * 2 * 2 * D, l2))
+        sdpa_us, _ = time_torch(fns, args.reps)
+        del fns
+        case = Int8Case(B, hq, hkv, ctx, PAGE, rotations(B * hkv * ctx * 272, l2))
+        pages = ctx // PAGE
+        for ns in [None] + [n for n in (2, 4, 8, 16, 32, 64, 128, 256) if n <= pages]:
+            plans = case.plans(8, True, num_splits=ns)
+            us, _ = time_cupy([p.launch for p in plans], args.reps)
+            rows.append(dict(method="witcert_int8", batch=B, hq=hq, hkv=hkv, context=ctx, cert=True,
+                             num_splits=plans[0].ns, default=ns is None, pages_per_split=-(-pages // plans[0].ns),
+                             us=us, sdpa_us=sdpa_us, ratio_sdpa=us / sdpa_us))
+            print(f"splits B={B} {hq}/{hkv} ctx={ctx} ns={plans[0].ns}{' (default)' if ns is None else ''}: "
+                  f"{us:8.1f} us  ({us / sdpa_us:.2f}x SDPA {sdpa_us:.1f} us)", flush=True)
+        case = None
+        cp.get_default_memory_pool().free_all_blocks()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"decode-splits-{datetime.date.today().isoformat()}.json").write_text(json.dumps(rows, indent=1))
 
 
 def plot(rows, path):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (see the device notes: few, full calls): environment, the GPU test suite, the
 # compute-sanitizer fuzz, and the benchmarks.  Everything lands under $OUT (at most 8 files).
-#   bash bench/gpu_session.sh [tests|issue4|issue5|issue6|issue8|tp|quick|full]   (tests: no benchmarks; tp: + NCCL run)
+#   bash bench/gpu_session.sh [tests|issue4|issue5|issue6|issue8|tp|splits|quick|full]   (tests: no benchmarks; tp: + NCCL run)
 set -u
 MODE=${1:-quick}
 export PYTHONPATH=.:tests PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupy_cache NUMBA_CACHE_DIR=/tmp/numba_cache
@@ -36,6 +36,11 @@ if [ "$MODE" = issue5 ]; then
         --section MemoryWorkloadAnalysis -k regex:write_rows -c 1 python3 bench/profile_write.py 2>&1
     fi
   } | tee "$OUT/bench.log" | grep -v "^\[decode\]\|^\[extend\]" | tail -70
+  exit 0
+fi
+if [ "$MODE" = splits ]; then
+  echo "== decode split-count sweep (small batches)"
+  python3 bench/decode.py --splits --out "$OUT" 2>&1 | tee "$OUT/bench_splits.log" | tail -40
   exit 0
 fi
 if [ "$MODE" = issue6 ]; then
