@@ -311,6 +311,13 @@ def main():
               f"{r['us']:>10.1f}{r['gbps']:>8.0f}{r['ratio_sdpa']:>7.2f}")
 
 
+def write_rows_json(out_dir, stem, rows):
+    """A side sweep's rows as ``<out_dir>/<stem>-<date>.json``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}-{datetime.date.today().isoformat()}.json").write_text(json.dumps(rows, indent=1))
+
+
 def sweep(args):
     """Side by side in one run: the INT8 kernel's tokens-per-step U at a few shapes, cert on/off."""
     l2 = l2_bytes()
@@ -327,9 +334,7 @@ def sweep(args):
                       f"{rows[-1]['gbps']:6.0f} GB/s", flush=True)
         case = None
         cp.get_default_memory_pool().free_all_blocks()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"decode-sweep-{datetime.date.today().isoformat()}.json").write_text(json.dumps(rows, indent=1))
+    write_rows_json(args.out, "decode-sweep", rows)
 
 
 def split_sweep(args):
@@ -355,9 +360,7 @@ def split_sweep(args):
                   f"{us:8.1f} us  ({us / sdpa_us:.2f}x SDPA {sdpa_us:.1f} us)", flush=True)
         case = None
         cp.get_default_memory_pool().free_all_blocks()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"decode-splits-{datetime.date.today().isoformat()}.json").write_text(json.dumps(rows, indent=1))
+    write_rows_json(args.out, "decode-splits", rows)
 
 
 def plot(rows, path):

@@ -330,19 +330,13 @@ __host__ __device__ constexpr int wr_min_blocks(int bits, int cpt) {
                                       plane_layer, side0, nsides, gs_shift, NP2, NB, bypass_ch, band_ch, k0, k1, \
                                       codes, scales, outl, wit, exact, counters);                         \
     }
-// the launch layer (witcert_cupy/_cuda.py: write_kernel) picks c32 at 8 bits without a witness
-WC_WRITE_ENTRY(64, 8, 32)
-WC_WRITE_ENTRY(64, 8, 16)
-WC_WRITE_ENTRY(64, 16, 16)
-WC_WRITE_ENTRY(64, 24, 16)
-WC_WRITE_ENTRY(128, 8, 32)
-WC_WRITE_ENTRY(128, 8, 16)
-WC_WRITE_ENTRY(128, 16, 16)
-WC_WRITE_ENTRY(128, 24, 16)
-WC_WRITE_ENTRY(256, 8, 32)
-WC_WRITE_ENTRY(256, 8, 16)
-WC_WRITE_ENTRY(256, 16, 16)
-WC_WRITE_ENTRY(256, 24, 16)
+// every entry of one head dim; the launch layer (witcert_cupy/_cuda.py: write_kernel) picks c32 at
+// 8 bits without a witness
+#define WC_WRITE_ENTRIES(D) \
+    WC_WRITE_ENTRY(D, 8, 32) WC_WRITE_ENTRY(D, 8, 16) WC_WRITE_ENTRY(D, 16, 16) WC_WRITE_ENTRY(D, 24, 16)
+WC_WRITE_ENTRIES(64)
+WC_WRITE_ENTRIES(128)
+WC_WRITE_ENTRIES(256)
 
 // store_fp16_rows: grid (n, Hkv, 2 sides), block d.  Stores what a scheme reconstructs (`stored`,
 // or the exact row when null) as fp16, and the Tier-A witness of stored − exact.  Twin of
