@@ -26,6 +26,7 @@
 // certificate), as in the decode kernels; a non-finite scale in a tile poisons the split too.
 #include "common.cuh"
 #include "philox.cuh"
+#include "cp_async.cuh"
 
 #define XT_TILE 64
 #define XT_D 128
@@ -58,16 +59,14 @@ static_assert(sizeof(XtShared) == XT_SMEM_BYTES, "XT_SMEM_BYTES must be sizeof(X
 // one dequantization item (side, token, half-row) per thread: 2 sides × 64 tokens × 2 halves
 static_assert(4 * XT_TILE == XT_THREADS, "the dequantization gives each thread exactly one half-row");
 
-WC_D u32 xt_smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-
 WC_D void ldsm_x4(u32 (&r)[4], const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(xt_smem_addr(p)));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
 }
 
 WC_D void ldsm_x4_trans(u32 (&r)[4], const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(xt_smem_addr(p)));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
 }
 
 // c += a·b, m16n8k16, fp16 operands, fp32 accumulate
@@ -96,18 +95,6 @@ WC_D u32 hfma2(u32 a, u32 b, u32 c) {
     asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
     return r;
 }
-
-WC_D void cp_async16(void* dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(xt_smem_addr(dst)), "l"(src));
-}
-
-WC_D void cp_async4(void* dst, const void* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(xt_smem_addr(dst)), "l"(src));
-}
-
-WC_D void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-
-WC_D void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 WC_D float xt_quad_max(float v) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));

@@ -76,6 +76,11 @@ def test_philox_header_host_known_answers(tmp_path):
     assert lines[4:8] == ["xi -253", "xi -251", "xi -249", "xi -247"]
 
 
+def test_launch_layer_block_size_is_the_kernel_s():
+    src = (_cuda.kernel_dir() / "decode_v2.cu").read_text()
+    assert int(re.search(r"#define V2_THREADS (\d+)", src).group(1)) == _cuda.V2_THREADS
+
+
 def test_source_hash_tracks_every_file():
     h = _cuda.sources_hash()
     assert re.fullmatch(r"[0-9a-f]{16}", h)

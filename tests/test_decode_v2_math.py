@@ -1,6 +1,7 @@
-"""CI (no GPU): the dequantization arithmetic of the staged-tile decode kernel (cuda/decode_v2.cu).
+"""CI (no GPU): the dequantization arithmetic of the staged-tile decode kernel (cuda/dequant.cuh,
+used by cuda/decode_v2.cu).
 
-``v2_dequant16`` forms x̂ = fl(s·(k − ξ)) in four instructions per element: the code byte and the
+``dequant16_u8`` forms x̂ = fl(s·(k − ξ)) in four instructions per element: the code byte and the
 dither byte are packed under the exponent of 2^23, the float F minus 2^23 + 2^15 is the integer
 m = 256k + 255 − j, and one fused multiply-add gives s/256·m − 255s/512.  The read path's contract
 (SPEC §4, §6) is the reference's x̂ bit for bit.  These tests emulate each instruction in NumPy
@@ -55,7 +56,7 @@ def test_packed_dequantization_is_the_reference_bit_for_bit():
 
 
 def test_zero_and_non_finite_scales_take_the_reference_arithmetic():
-    # the other branch of v2_dequant16: k − ξ = fma(m, 1/256, −255/512) exactly, then s·(k − ξ)
+    # the other branch of dequant16_u8: k − ξ = fma(m, 1/256, −255/512) exactly, then s·(k − ξ)
     k = np.arange(-C.CODE_MAX, C.CODE_MAX + 1)
     kk, jj = (a.ravel() for a in np.meshgrid(k, np.arange(256), indexing="ij"))
     m = (256 * kk + 255 - jj).astype(np.float64)
@@ -65,6 +66,18 @@ def test_zero_and_non_finite_scales_take_the_reference_arithmetic():
     with np.errstate(invalid="ignore"):
         for s in (0.0, np.inf, np.nan):  # zeros keep k − ξ's sign; infinities and NaN propagate
             assert np.array_equal((np.float32(s) * d_new).view(np.uint32), (np.float32(s) * d_ref).view(np.uint32))
+
+
+def test_emulated_constants_are_the_header_s():
+    # the emulation above is only evidence if the kernel uses the same selector, mask, LUT and
+    # constants: read them back from the header the kernels include
+    src = (Path(__file__).resolve().parent.parent / "cuda" / "dequant.cuh").read_text()
+    assert "(u32)(4 + (e & 3)) | ((u32)(e & 3) << 4)" in src  # the PRMT selector (4 + e) | (e << 4)
+    assert re.search(r"lop3\.b32 %0, %1, 0x0000FFFF, 0x4B0080FF, 0x6A;", src)  # (p & 0xFFFF) ^ 0x4B0080FF
+    assert "-8421376.0f" in src and 8421376 == 2**23 + 2**15
+    assert src.count("0.00390625f") == 2 and src.count("-0.498046875f") == 2  # 1/256, −255/512
+    assert 0.00390625 == 1 / 256 and -0.498046875 == -255 / 512
+    assert "#include \"dequant.cuh\"" in (Path(__file__).resolve().parent.parent / "cuda" / "decode_v2.cu").read_text()
 
 
 def test_tile_rows_are_bank_conflict_free():

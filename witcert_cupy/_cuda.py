@@ -111,6 +111,11 @@ def kernel(filename: str, name: str, template: str | None = None):
     return _module(filename, (template,)).get_function(template)
 
 
+# threads per CTA of decode_stage1_v2: cuda/decode_v2.cu's V2_THREADS (tests/test_cuda_compile.py
+# checks the two agree)
+V2_THREADS = 64
+
+
 def _i32(v):
     return np.int32(v)
 
@@ -345,9 +350,11 @@ class _DeviceBase:
 
 
     def default_num_splits(self, batch):
-        """Enough CTAs for two waves of 4 resident CTAs per SM; splits beyond a request's pages exit
-        at once.  Chosen without reading the page table (that would synchronise the host)."""
-        target = 2 * 4 * self.num_sms
+        """About one wave of resident CTAs (4 per SM) over batch × kv heads; splits beyond a request's
+        pages exit at once.  Chosen without reading the page table (that would synchronise the host).
+        One wave measured faster than two at every small-batch shape (``bench/decode.py --splits``,
+        bench/NOTES.md session 6): fewer splits to merge, no second-wave tail."""
+        target = 4 * self.num_sms
         return int(max(1, min(256, math.ceil(target / max(1, batch * self.pool.num_kv_heads)),
                               self.pool.num_pages)))
 
@@ -462,6 +469,7 @@ class DecodePlan:
             raise ValueError("decode_stage1_v2 serves d=128 pools (INT8 with 8-bit dither, or fp16 stores) with "
                              "no exact tier and no page contributions")
         self.kernel_name = "v2" if v2_ok and stage1 != "v1" else "v1"
+        self.block1 = V2_THREADS if self.kernel_name == "v2" else 128
         self.grid1 = (ns, p.num_kv_heads, B)
         common = (self.q, data, scales, outl, wit, bypass, dev.band_ch, self.ip, self.ix, self.ll, self.o_part,
                   self.lse_part, self.lam_part, self.cmax_part)
@@ -502,7 +510,7 @@ class DecodePlan:
         B, Hq, d = self.shape
         if B == 0:
             return
-        self.stage1(self.grid1, (128,), self.args1)
+        self.stage1(self.grid1, (self.block1,), self.args1)
         self.merge((B * Hq,), (min(d, 256),), self.args2)
         if self.cert is None:
             return

@@ -1,0 +1,26 @@
+// cp_async.cuh — asynchronous global → shared copies (sm_80+), shared by the kernels that stage
+// the next tile's codes while computing this one (decode_v2.cu, extend_tc.cu).
+#pragma once
+#include "common.cuh"
+
+#ifdef __CUDA_ARCH__
+WC_D u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+// 16 bytes, bypassing L1 (streamed codes are read once)
+WC_D void cp_async16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src));
+}
+
+WC_D void cp_async8(void* dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_addr(dst)), "l"(src));
+}
+
+WC_D void cp_async4(void* dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src));
+}
+
+WC_D void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+
+// this thread's copies have landed and are visible to it (other threads' need a barrier)
+WC_D void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+#endif
