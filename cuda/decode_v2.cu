@@ -31,6 +31,16 @@
 #define V2_D 128
 #define V2_PAD (V2_D + 4)
 #define V2_CPITCH (V2_D / 4 + 4)
+// chunks (one Philox call each) unrolled per K row and per V row: the Philox chains of an unrolled
+// pair interleave (ILP), at a register cost (bench/NOTES.md session 6)
+#ifndef V2_KUNROLL
+#define V2_KUNROLL 2
+#endif
+#ifndef V2_VUNROLL
+#define V2_VUNROLL 2
+#endif
+#define V2_PRAGMA_(s) _Pragma(#s)
+#define V2_PRAGMA(s) V2_PRAGMA_(s)
 #define V2_LOG2E 1.4426950408889634f
 #define V2_LN2 0.6931471805599453f
 
@@ -160,18 +170,23 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
     };
     const i64 row_base = (((i64)layer * 2 + side) * H + h) * N;
     const u32 ctr2 = dither_ctr2(layer, h + head_base);
-    // INT8: this thread's row of a tile (128 code bytes, then its NG fp16 scales) travels by
-    // cp.async into its own row of `crow`, issued a tile ahead, so the loads overlap phases B and C
-    // and the arithmetic below reads registers' worth of one chunk at a time.  Only this thread
-    // reads its row: its own cp.async.wait_all is the only synchronisation needed.
+    // INT8: a tile's rows of this warp's side (128 code bytes and NG fp16 scales per token) travel
+    // by cp.async into `ctile`, issued a tile ahead, so the loads overlap phase C and the barriers,
+    // and the arithmetic below holds one chunk at a time.  Eight lanes copy one row's 128 code bytes
+    // (lane & 7 = its 16-byte piece, the row's slot by shuffle): each instruction moves four whole
+    // rows, coalesced in global memory and one wavefront per row in shared memory (a row per lane
+    // took 32 wavefronts per instruction: Nsight Compute, run 36).  Each lane copies its own row's
+    // scales.  Visibility: each thread's cp.async.wait_all, then a __syncwarp.  Warp-uniform calls.
     u32* crow = &ctile[side][lane][0];
-    auto stage_row = [&](u32 slot_) {
-        if (FP16) return;
-        const i64 row = row_base + slot_;
-        const i8* src = codes + row * D;
+    auto stage_rows = [&](u32 slot_) {
 #pragma unroll
-        for (int k = 0; k < D / 16; ++k) cp_async16(crow + 4 * k, src + 16 * k);
-        const u16* ss = scales + row * NG;
+        for (int i = 0; i < (FP16 ? 0 : V2_TILE / 4); ++i) {
+            const int r = 4 * i + (lane >> 3);
+            const i64 row = row_base + __shfl_sync(0xffffffffu, slot_, r);
+            cp_async16(&ctile[side][r][4 * (lane & 7)], codes + row * D + 16 * (lane & 7));
+        }
+        if (FP16) return;
+        const u16* ss = scales + (row_base + slot_) * NG;
         switch (NG) {  // the row's scales: 2·NG bytes, aligned to their size
             case 8: cp_async16(crow + 32, ss); break;
             case 4: cp_async8(crow + 32, ss); break;
@@ -182,7 +197,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
     };
     int pg = page_of(ta);
     i64 sl = slot_at(ta, pg);
-    stage_row(sl < 0 ? 0u : (u32)sl);  // the first tile's rows load during the set-up below
+    stage_rows(sl < 0 ? 0u : (u32)sl);  // the first tile's rows load during the set-up below
     pg = page_of(ta + V2_TILE);
 
     // ---- per query head: the query, Tier-B group coefficients, Tier-A band norms
@@ -226,7 +241,10 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
         const bool valid = sl >= 0;
         const u32 slot = valid ? (u32)sl : 0u;
         const i64 row = row_base + slot;
-        if (!FP16) cp_async_wait_all();
+        if (!FP16) {
+            cp_async_wait_all();
+            __syncwarp();  // the lanes that copied this thread's row
+        }
         const u16* srow = reinterpret_cast<const u16*>(crow + 32);  // the row's fp16 scales
         if (side == 0) {
             // K: each 16-channel chunk goes from registers into the G dot products (channel
@@ -258,7 +276,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
                     }
                 }
             } else {
-#pragma unroll 1
+V2_PRAGMA(unroll V2_KUNROLL)
                 for (int k = 0; k < D / 16; ++k) {
                     // one 8-bit Philox call feeds these 16 channels (SPEC §2)
                     const u32x4 w = philox10(slot, dither_ctr1(0, k), ctr2, 0u, k0, k1);
@@ -362,7 +380,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
                     *reinterpret_cast<float4*>(dst + 8 * k + 4) = make_float4(x[4], x[5], x[6], x[7]);
                 }
             } else {
-#pragma unroll 2
+V2_PRAGMA(unroll V2_VUNROLL)
                 for (int k = 0; k < D / 16; ++k) {
                     const u32x4 w = philox10(slot, dither_ctr1(1, k), ctr2, 0u, k0, k1);
                     const uint4 cr = *reinterpret_cast<const uint4*>(crow + 4 * k);
@@ -378,10 +396,11 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
                 }
             }
         }
-        // the next tile's rows start loading (this thread is done with its staged row) and its
-        // page ids are read, both in flight through phase C
+        // the next tile's rows start loading and its page ids are read, both in flight through
+        // phase C; the warp's lanes are done reading this tile's rows first (a lane copies others')
         sl = slot_at(t0 + V2_TILE, pg);
-        if (t0 + V2_TILE < tb) stage_row(sl < 0 ? 0u : (u32)sl);
+        __syncwarp();
+        if (t0 + V2_TILE < tb) stage_rows(sl < 0 ? 0u : (u32)sl);  // warp-uniform
         pg = page_of(t0 + 2 * V2_TILE);
         __syncthreads();
 

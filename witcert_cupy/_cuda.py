@@ -116,6 +116,14 @@ def kernel(filename: str, name: str, template: str | None = None):
 V2_THREADS = 64
 
 
+@functools.lru_cache(maxsize=None)
+def _resident_ctas(func, block):
+    """CTAs of ``func`` resident per SM at ``block`` threads (registers and static shared memory)."""
+    import cupy as cp
+
+    return int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(func.kernel.ptr, block, 0))
+
+
 def _i32(v):
     return np.int32(v)
 
@@ -349,14 +357,16 @@ class _DeviceBase:
                                     _i32(p.num_kv_heads), _i32(p.num_pages + 1), p.tier_map_dev[layer]))
 
 
-    def default_num_splits(self, batch):
-        """About one wave of resident CTAs (4 per SM) over batch × kv heads; splits beyond a request's
-        pages exit at once.  Chosen without reading the page table (that would synchronise the host).
-        One wave measured faster than two at every small-batch shape (``bench/decode.py --splits``,
-        bench/NOTES.md session 6): fewer splits to merge, no second-wave tail."""
-        target = 4 * self.num_sms
-        return int(max(1, min(256, math.ceil(target / max(1, batch * self.pool.num_kv_heads)),
-                              self.pool.num_pages)))
+    def default_num_splits(self, batch, ctas_per_sm=4):
+        """One wave of resident CTAs (``ctas_per_sm`` per SM, the stage-1 kernel's occupancy) over
+        batch × kv heads, at most 64 splits; splits beyond a request's pages exit at once.  Chosen
+        without reading the page table (that would synchronise the host).  Measured
+        (``bench/decode.py --splits``, bench/NOTES.md session 6): one wave beats two at every
+        small-batch shape; a wave counted at 4 CTAs per SM left the 6-per-SM kernel at 0.73 waves
+        (Nsight Compute, run 36); at batch 1 the best count was 32–64 at 4k–32k tokens (more splits
+        cost more set-up and merge than they add parallelism)."""
+        target = max(1, ctas_per_sm) * self.num_sms
+        return int(max(1, min(64, target // max(1, batch * self.pool.num_kv_heads), self.pool.num_pages)))
 
     def plan(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits, unroll=0,
              max_pages=0, telemetry=None, stage1="auto"):
@@ -378,7 +388,7 @@ class _DeviceBase:
                 raise ValueError(f"{name} must have shape [{n}], got {list(arr.shape)}")
         check_int("kv_indices", kv_indices)
         return DecodePlan(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert,
-                          num_splits or self.default_num_splits(B), unroll, max_pages, telemetry, stage1)
+                          num_splits, unroll, max_pages, telemetry, stage1)
 
     def decode(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits, max_pages=0,
                telemetry=None):
@@ -437,7 +447,7 @@ class DecodePlan:
         import cupy as cp
 
         p = dev.pool
-        self.dev, self.cert, self.ns, self.layer = dev, cert, ns, layer
+        self.dev, self.cert, self.layer = dev, cert, layer
         self.telemetry, self.max_pages = telemetry, max_pages
         self._tel_done = None  # (event, recorded under capture) of this plan's last telemetry launch
         B, Hq, d = q.shape
@@ -446,10 +456,6 @@ class DecodePlan:
         self.ip = cp.ascontiguousarray(kv_indptr, dtype=cp.int32)
         self.ix = cp.ascontiguousarray(kv_indices, dtype=cp.int32)
         self.ll = cp.ascontiguousarray(kv_last_page_len, dtype=cp.int32)
-        self.o_part = cp.empty((B, Hq, ns, d), cp.float32)
-        self.lse_part = cp.empty((B, Hq, ns), cp.float32)
-        self.lam_part = cp.empty((B, Hq, ns), cp.float32)
-        self.cmax_part = cp.empty((B, Hq, ns), cp.float32)
         self.o = cp.empty((B, Hq, d), cp.float32)
         self.lse = cp.empty((B, Hq), cp.float32)
         self.log_a = cp.empty((B, Hq), cp.float32)
@@ -470,19 +476,26 @@ class DecodePlan:
                              "no exact tier and no page contributions")
         self.kernel_name = "v2" if v2_ok and stage1 != "v1" else "v1"
         self.block1 = V2_THREADS if self.kernel_name == "v2" else 128
+        fp16 = "true" if dev.fp16_store else "false"
+        if self.kernel_name == "v2":
+            self.stage1 = kernel("decode_v2.cu", None, f"decode_stage1_v2<{G}, {fp16}>")
+        else:
+            self.stage1 = kernel("decode.cu", None, f"decode_stage1<{d}, {G}, {fp16}, {unroll}>")
+        # the default split count: one wave of this kernel's resident CTAs
+        self.ns = ns = ns or dev.default_num_splits(B, _resident_ctas(self.stage1, self.block1))
+        self.o_part = cp.empty((B, Hq, ns, d), cp.float32)
+        self.lse_part = cp.empty((B, Hq, ns), cp.float32)
+        self.lam_part = cp.empty((B, Hq, ns), cp.float32)
+        self.cmax_part = cp.empty((B, Hq, ns), cp.float32)
         self.grid1 = (ns, p.num_kv_heads, B)
         common = (self.q, data, scales, outl, wit, bypass, dev.band_ch, self.ip, self.ix, self.ll, self.o_part,
                   self.lse_part, self.lam_part, self.cmax_part)
         if self.kernel_name == "v2":
-            fp16 = "true" if dev.fp16_store else "false"
-            self.stage1 = kernel("decode_v2.cu", None, f"decode_stage1_v2<{G}, {fp16}>")
             self.args1 = (*common, np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset),
                           _i32(gs.bit_length() - 1), _i32(bypass.shape[-1]), _i32(dev.num_bands), _i32(int(math.log2(p.page_size))),
                           _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)),
                           np.uint32(k0), np.uint32(k1), np.float32(sm_scale), np.float32(logb), np.float32(beta))
         else:
-            fp16 = "true" if dev.fp16_store else "false"
-            self.stage1 = kernel("decode.cu", None, f"decode_stage1<{d}, {G}, {fp16}, {unroll}>")
             null = np.uint64(0)
             if p.tier_map_dev is not None:  # the exact tier of this layer (SPEC §7)
                 tier = (p.tier_map_dev[layer], p.tier_k.view(cp.uint16), p.tier_v.view(cp.uint16))
