@@ -32,15 +32,15 @@
 #define V2_PAD (V2_D + 4)
 #define V2_CPITCH (V2_D / 4 + 4)
 // chunks (one Philox call each) unrolled per K row and per V row: the Philox chains of an unrolled
-// pair interleave (ILP), at a register cost (bench/NOTES.md session 6)
+// pair interleave (ILP), at a register cost.  Measured (run 38, bench/decode_variants.py): two per
+// K row 1–2% faster at G = 4, one at G = 7 (where two also spill at 168 registers).  The macros
+// override the defaults for bench/decode_variants.py.
 #ifndef V2_KUNROLL
-#define V2_KUNROLL 2
+#define V2_KUNROLL (G <= 6 ? 2 : 1)
 #endif
 #ifndef V2_VUNROLL
 #define V2_VUNROLL 2
 #endif
-#define V2_PRAGMA_(s) _Pragma(#s)
-#define V2_PRAGMA(s) V2_PRAGMA_(s)
 #define V2_LOG2E 1.4426950408889634f
 #define V2_LN2 0.6931471805599453f
 
@@ -63,18 +63,61 @@ __device__ __forceinline__ void v2_load_half(const i8* __restrict__ codes, const
     }
 }
 
-// Tier B's per-(token, head) sums u² = Σ_g s_g² bq2_g and β = Σ_g s_g bq1_g (SPEC §5), NGC groups,
-// from the token's staged fp16 scales (a token past the split's end counts zero scales)
-template <int NGC>
-__device__ __forceinline__ float2 v2_tier_b_sums(const u16* sh, bool valid, const float* b1, const float* b2) {
-    float u2 = 0.0f, be = 0.0f;
+// c_t of one token for every head (SPEC §4): Tier A from its K witness row, Tier B from its K
+// scales (NGC groups), c = min of the two; a token past the split's end counts zero scales
+template <int NGC, int G>
+__device__ __forceinline__ void v2_c_tier_b(const u16 (&ks)[8], bool valid, const float (*bq1)[8],
+                                            const float (*bq2)[8], float (&c)[G]) {
+    float s1[NGC], s2[NGC];
 #pragma unroll
     for (int gr = 0; gr < NGC; ++gr) {
-        const float s1 = valid ? f16_to_f32(sh[gr]) : 0.0f;
-        u2 += __fmul_rn(s1, s1) * b2[gr];
-        be += s1 * b1[gr];
+        s1[gr] = valid ? f16_to_f32(ks[gr]) : 0.0f;
+        s2[gr] = __fmul_rn(s1[gr], s1[gr]);
     }
-    return make_float2(u2, be);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        float u2 = 0.0f, be = 0.0f;
+#pragma unroll
+        for (int gr = 0; gr < NGC; ++gr) {
+            u2 += s2[gr] * bq2[g][gr];
+            be += s1[gr] * bq1[g][gr];
+        }
+        // sqrt as u2·rsqrt(u2): within a few ulps, far inside C_EVAL_SLACK (as extend_tc)
+        float c2 = ((u2 > 0.0f ? u2 * rsqrtf(u2) : 0.0f) + be) * (float)WC_C_EVAL_SLACK;
+        c2 = c2 <= WC_F32_MAX ? c2 : INFINITY;
+        c[g] = fminf(c[g], c2);
+    }
+}
+
+template <int G, bool FP16>
+__device__ __forceinline__ void v2_token_c(const u16 (&ks)[8], bool valid, int NG, int tier, int NB,
+                                           const u16* __restrict__ wrow, const float (*a_band)[64],
+                                           const float (*bq1)[8], const float (*bq2)[8], float (&c)[G]) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) c[g] = INFINITY;
+    if (tier & 1) {  // Σ_b a_b w_{t,b} per head, band order
+        float ca[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) ca[g] = 0.0f;
+        for (int bb = 0; bb < NB; ++bb) {
+            const float wv = f16_to_f32(wrow[bb]);
+#pragma unroll
+            for (int g = 0; g < G; ++g) ca[g] += a_band[g][bb] * wv;
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const float c1 = ca[g] * (float)WC_C_EVAL_SLACK;
+            c[g] = c1 <= WC_F32_MAX ? c1 : INFINITY;
+        }
+    }
+    if (!FP16 && (tier & 2)) {  // (an Fp16Pool has Tier A only) the group count is a power of two
+        switch (NG) {
+            case 8: v2_c_tier_b<8, G>(ks, valid, bq1, bq2, c); break;
+            case 4: v2_c_tier_b<4, G>(ks, valid, bq1, bq2, c); break;
+            case 2: v2_c_tier_b<2, G>(ks, valid, bq1, bq2, c); break;
+            default: v2_c_tier_b<1, G>(ks, valid, bq1, bq2, c); break;
+        }
+    }
 }
 
 __device__ __forceinline__ float v2_warp_max(float v) {
@@ -109,6 +152,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
     int NP2, int NB, int page_shift, int num_pages, int nnz, int num_splits, int tier, u32 k0, u32 k1, float sm,
     float log_budget, float beta_steps) {
     constexpr int D = V2_D;
+    constexpr int KU = V2_KUNROLL, VU = V2_VUNROLL;  // chunk unrolls (the pragma takes no macros)
     __shared__ __align__(16) float q_s[G][D];
     __shared__ __align__(16) float bq2[G][8];  // 2 (sm²/12) Q2_g log(2S/δ_loc) per scale group (gs >= 16)
     __shared__ __align__(16) float bq1[G][8];  // sm Q1_g (2^-(m+1) + 2^-15)
@@ -120,6 +164,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
     __shared__ __align__(16) u32 ctile[2][V2_TILE][FP16 ? 4 : V2_CPITCH];
     __shared__ __align__(16) float P[G][V2_TILE];
     __shared__ float sc_s[G];   // this tile's rescale of o per head
+    __shared__ float LT[G][V2_TILE];  // the tile's logits (log2 units), for the V warp's λ
     __shared__ float st[G][5];  // per head at the end: m, l, m2, l2, cmax
 
     const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -246,6 +291,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
             __syncwarp();  // the lanes that copied this thread's row
         }
         const u16* srow = reinterpret_cast<const u16*>(crow + 32);  // the row's fp16 scales
+        float ct[G];  // V warp: this token's c_t per head
         if (side == 0) {
             // K: each 16-channel chunk goes from registers into the G dot products (channel
             // order, as the CPU twin), so K̂ never touches shared memory
@@ -276,7 +322,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
                     }
                 }
             } else {
-V2_PRAGMA(unroll V2_KUNROLL)
+#pragma unroll (KU)
                 for (int k = 0; k < D / 16; ++k) {
                     // one 8-bit Philox call feeds these 16 channels (SPEC §2)
                     const u32x4 w = philox10(slot, dither_ctr1(0, k), ctr2, 0u, k0, k1);
@@ -304,42 +350,12 @@ V2_PRAGMA(unroll V2_KUNROLL)
                         }
                 }
             }
-            // Tier A's witness sums Σ_b a_b w_{t,b} per head, band order
-            float ca[G];
-#pragma unroll
-            for (int g = 0; g < G; ++g) ca[g] = 0.0f;
-            if (tier & 1)
-                for (int bb = 0; bb < NB; ++bb) {
-                    const float wv = f16_to_f32(wit[row * NB + bb]);
-#pragma unroll
-                    for (int g = 0; g < G; ++g) ca[g] += a_band[g][bb] * wv;
-                }
-
-            // ---- B (same warp, lane = token): logits, c_t, and the tile's softmax / λ updates
+            // ---- B (same warp, lane = token): logits and the tile's softmax; the certificate's
+            // c_t and λ are the V warp's (it has the slack: bench/NOTES.md session 6)
 #pragma unroll
             for (int g = 0; g < G; ++g) {
                 const float lt = sm2 * dot[g];  // ℓ̃ in log2 units
                 if (valid && !is_finite32(lt)) poisoned = true;
-                float c = INFINITY;
-                if (tier & 1) {
-                    const float c1 = ca[g] * (float)WC_C_EVAL_SLACK;
-                    c = c1 <= WC_F32_MAX ? c1 : INFINITY;
-                }
-                if (!FP16 && (tier & 2)) {  // (an Fp16Pool has Tier A only)
-                    // the group count is a power of two: each count's sums unrolled (a warp-uniform switch)
-                    float2 ub;
-                    switch (NG) {
-                        case 8: ub = v2_tier_b_sums<8>(srow, valid, bq1[g], bq2[g]); break;
-                        case 4: ub = v2_tier_b_sums<4>(srow, valid, bq1[g], bq2[g]); break;
-                        case 2: ub = v2_tier_b_sums<2>(srow, valid, bq1[g], bq2[g]); break;
-                        default: ub = v2_tier_b_sums<1>(srow, valid, bq1[g], bq2[g]); break;
-                    }
-                    const float u2 = ub.x, be = ub.y;
-                    // sqrt as u2·rsqrt(u2): within a few ulps, far inside C_EVAL_SLACK (as extend_tc)
-                    float c2 = ((u2 > 0.0f ? u2 * rsqrtf(u2) : 0.0f) + be) * (float)WC_C_EVAL_SLACK;
-                    c2 = c2 <= WC_F32_MAX ? c2 : INFINITY;
-                    c = fminf(c, c2);
-                }
                 const float mx = v2_warp_max(valid ? lt : -INFINITY);
                 const float mn = fmaxf(m[g], mx);
                 float sc = 1.0f, p = 0.0f;
@@ -350,22 +366,16 @@ V2_PRAGMA(unroll V2_KUNROLL)
                 l[g] = l[g] * sc + p;
                 m[g] = mn;
                 P[g][lane] = p;
+                if (tier) LT[g][lane] = lt;
                 if (lane == 0) sc_s[g] = sc;
-                if (tier && valid) {
-                    cmx[g] = fmaxf(cmx[g], c);  // infinite c_t: λ = +inf at the end ("no guarantee")
-                    if (c != INFINITY) {
-                        // λ's sum under its own running maximum, one exponential per token: 2^{-|x − m2|}
-                        // scales either the old sum (a new maximum) or the new term
-                        const float x = lt + c * V2_LOG2E;
-                        const bool up = x > m2[g];
-                        const float e = exp2f(up ? m2[g] - x : x - m2[g]);
-                        l2[g] = up ? l2[g] * e + 1.0f : l2[g] + e;
-                        m2[g] = up ? x : m2[g];
-                    }
-                }
             }
         } else {
-            // V: the dequantized row into the shared tile
+            // V: the token's certificate inputs first (K's scales of this row: loads in flight
+            // through the dequantization), then the dequantized V row into the shared tile
+            const i64 rowK = row - (i64)H * N;  // the same slot on the K side
+            u16 ks[8];
+#pragma unroll
+            for (int gr = 0; gr < 8; ++gr) ks[gr] = (!FP16 && (tier & 2) && gr < NG) ? scales[rowK * NG + gr] : (u16)0;
             float* dst = &Vs[lane][0];
             if (FP16) {
                 const uint4* src = reinterpret_cast<const uint4*>(reinterpret_cast<const u16*>(codes) + row * D);
@@ -380,7 +390,7 @@ V2_PRAGMA(unroll V2_KUNROLL)
                     *reinterpret_cast<float4*>(dst + 8 * k + 4) = make_float4(x[4], x[5], x[6], x[7]);
                 }
             } else {
-V2_PRAGMA(unroll V2_VUNROLL)
+#pragma unroll (VU)
                 for (int k = 0; k < D / 16; ++k) {
                     const u32x4 w = philox10(slot, dither_ctr1(1, k), ctr2, 0u, k0, k1);
                     const uint4 cr = *reinterpret_cast<const uint4*>(crow + 4 * k);
@@ -395,6 +405,7 @@ V2_PRAGMA(unroll V2_VUNROLL)
                         }
                 }
             }
+            if (tier) v2_token_c<G, FP16>(ks, valid, NG, tier, NB, wit + rowK * NB, a_band, bq1, bq2, ct);
         }
         // the next tile's rows start loading and its page ids are read, both in flight through
         // phase C; the warp's lanes are done reading this tile's rows first (a lane copies others')
@@ -403,6 +414,23 @@ V2_PRAGMA(unroll V2_VUNROLL)
         if (t0 + V2_TILE < tb) stage_rows(sl < 0 ? 0u : (u32)sl);  // warp-uniform
         pg = page_of(t0 + 2 * V2_TILE);
         __syncthreads();
+
+        // ---- the certificate (V warp, lane = token): cmax and λ's sum under its own running
+        // maximum, one exponential per token: 2^{-|x − m2|} scales either the old sum (a new
+        // maximum) or the new term
+        if (side == 1 && tier && valid)
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                const float c = ct[g];
+                cmx[g] = fmaxf(cmx[g], c);  // infinite c_t: λ = +inf at the end ("no guarantee")
+                if (c != INFINITY) {
+                    const float x = LT[g][lane] + c * V2_LOG2E;
+                    const bool up = x > m2[g];
+                    const float e = exp2f(up ? m2[g] - x : x - m2[g]);
+                    l2[g] = up ? l2[g] * e + 1.0f : l2[g] + e;
+                    m2[g] = up ? x : m2[g];
+                }
+            }
 
         // ---- C: channels 2·tid, 2·tid + 1 of every head's output (a warp reads 256 contiguous bytes
         // of a V̂ row: two wavefronts)
@@ -436,16 +464,19 @@ V2_PRAGMA(unroll V2_VUNROLL)
 
     // ---- outputs: the heads' statistics reduced over the K warp's lanes and passed through shared
     // memory, then o, lse, λ, cmax
-    if (side == 0) {
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
+    for (int g = 0; g < G; ++g) {
+        if (side == 0) {  // the softmax statistics
             const float L = v2_warp_sum(l[g]);
+            if (lane == 0) {
+                st[g][0] = m[g];
+                st[g][1] = L;
+            }
+        } else {  // the certificate's
             const float M2 = v2_warp_max(m2[g]);
             const float L2 = v2_warp_sum(m2[g] == -INFINITY ? 0.0f : l2[g] * exp2f(m2[g] - M2));
             const float CM = v2_warp_max(cmx[g]);
             if (lane == 0) {
-                st[g][0] = m[g];
-                st[g][1] = L;
                 st[g][2] = CM == INFINITY ? INFINITY : M2;
                 st[g][3] = L2;
                 st[g][4] = CM;
