@@ -5,19 +5,23 @@
 //
 // decode_stage1_v2<G, FP16>: grid (num_splits, Hkv, B), block 64 = two warps, lane = token of a
 // 32-token tile, warp = side (K, V); each thread owns its token's whole row of its side.
-//   A. The row's 128 code bytes and fp16 scales arrive by cp.async into the thread's own row of a
-//      shared staging tile, issued a tile ahead.  Per 16-channel chunk: one Philox call and x̂ in
-//      4 instructions per element (dequant.cuh), then
+//   A. A tile's rows (128 code bytes and the fp16 scales per token) arrive by cp.async in a shared
+//      staging tile, issued a tile ahead, eight lanes per row.  Per 16-channel chunk: one Philox
+//      call and x̂ in 4 instructions per element (dequant.cuh), then
 //        K warp: straight into the G dot products q_g · k̂ in channel order (registers; K̂ never
-//                touches shared memory), then, still lane = token, c_t (Tier A/B) and the tile's
-//                online-softmax and λ updates by warp reductions (was phase B);
+//                touches shared memory), then, still lane = token, the tile's online softmax by
+//                warp reductions: probabilities P, rescales, and the logits for the V warp;
 //        V warp: into the shared fp32 tile V̂[32][132] (padded: a quarter-warp's 16-byte stores to
-//                8 rows hit distinct banks).
-//   C. thread t accumulates channels 2t, 2t + 1 of o for every head from V̂ and the probabilities.
+//                8 rows hit distinct banks), then its token's c_t for every head (Tier A from
+//                K's witness row, Tier B from K's scales, read from global memory).
+//   B. after the barrier, the V warp (lane = token): cmax and λ from c_t and the logits.
+//   C. thread t accumulates channels 2t, 2t + 1 of o for every head from V̂ and P.
 // Why (bench/NOTES.md, sessions 5–6): v2.3 staged K̂ in shared memory and read it back once per
 // head (≈ 1,150 shared wavefronts per tile, its largest cost after the arithmetic); here each K̂
-// element is used from registers by the G heads, and every (token, head) is still computed once.
-// The sums keep v2.3's order (channel order per dot product, token order per output channel).
+// element is used from registers by the G heads, every (token, head) is still computed once, and
+// the certificate rides on the warp that has slack (the K warp, with the dot products, sets the
+// pace).  The sums keep v2.3's order (channel order per dot product, token order per output
+// channel, band and group order in c_t, token order per lane in λ).
 // Shared memory: static, 18–34 KB.  Never reads out of bounds: page ids outside the pool, an
 // inconsistent kv_indptr or a bad last-page length poison the split (NaN output, infinite
 // certificate), as in decode_stage1; a token past the split's end reads slot 0.
