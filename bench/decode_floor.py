@@ -7,8 +7,12 @@ the measured floor and why).
 The ladder (``cuda/bench_floor.cu``), each level streaming the same bytes as the decode (codes and
 fp16 scales of K and V, one layer) and each doing strictly less than any decode that meets SPEC
 §2–§6: L0 the loads; L1 + one Philox call per 16 codes; L2 + fp32 x̂ = s(k − ξ); L3 + G fp32 FMAs
-per element.  Each level runs once per timing rep over a buffer many times the L2 (no rotation
-needed).  Writes ``decode-floor-<date>.json`` (rows: level, batch, hq, hkv, context, us, gbps,
+per element.  The fp16-store ladder (rows of fp16 values, as an Fp16Pool) beside it: F0 the loads;
+F1 + the fp32 conversion; F3 + G fp32 FMAs per element; with our fp16-store decode timed on the
+same shape.  Each level is timed with CUDA events around single launches over a buffer many times
+the L2 at the large shapes; at B = 1, 4k the buffer fits in L2 and a launch's overhead is a large
+part of each time, so those rows are not lower bounds on a graph-replayed decode (the decode and
+SDPA rows are graph replays, as in bench/decode.py).  Writes ``decode-floor-<date>.json`` (rows: level, batch, hq, hkv, context, us, gbps,
 ratio_sdpa) and prints the table.
 """
 
@@ -18,8 +22,8 @@ import argparse
 import datetime
 import importlib.util
 import json
-import math
 import statistics
+import math
 import sys
 import time
 from pathlib import Path
@@ -41,7 +45,9 @@ LEVELS = (("L0_loads", "bench_floor_l0"), ("L1_philox", "bench_floor_l1"), ("L2_
 
 
 def time_events(fn, reps):
-    """Median µs of ``fn`` (one launch per rep), CUDA events on the current stream."""
+    """Median µs of ``fn`` (one launch per rep), CUDA events on the current stream.  Unlike the
+    decode and SDPA rows (graph replays, bench/decode.py), each rep includes one launch's overhead:
+    negligible at the large shapes, not at B = 1, 4k (bench/NOTES.md, session 6)."""
     for _ in range(3):
         fn()
     cp.cuda.Device().synchronize()
@@ -83,6 +89,20 @@ def floor_rows(B, hq, hkv, ctx, reps, sms):
                         us=us, gbps=nbytes / us / 1e3))
     del codes, scales
     cp.get_default_memory_pool().free_all_blocks()
+    # the fp16-store ladder: rows of 128 fp16 values
+    vals = cp.random.standard_normal(rows_kv * D // 2, dtype=cp.float32).astype(cp.float16)
+    vals = cp.concatenate([vals, vals]).view(cp.uint16)
+    nbytes16 = rows_kv * D * 2
+    for level, name in (("F0_loads", "bench_floor_f16_l0"), ("F1_convert", "bench_floor_f16_l1"), ("F3_fma", None)):
+        name = name or f"bench_floor_f16_l3_g{4 if G <= 4 else 7}"
+        k = _cuda.kernel("bench_floor.cu", name)
+        args = (vals, np.int64(rows_kv), coef, sink)
+        us = time_events(lambda: k((grid,), (256,), args), reps)
+        assert bool(cp.isfinite(sink).all()), f"{name}: non-finite sink"
+        out.append(dict(level=level, kernel=name, fma_heads=(4 if G <= 4 else 7) if level == "F3_fma" else 0,
+                        us=us, gbps=nbytes16 / us / 1e3))
+    del vals
+    cp.get_default_memory_pool().free_all_blocks()
     return out, nbytes
 
 
@@ -95,7 +115,8 @@ def main():
 
     dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     sms, l2 = dev["multiProcessorCount"], bd.l2_bytes()
-    shapes = [(8, 32, 8, 32768), (8, 28, 4, 32768), (32, 32, 8, 32768), (1, 32, 8, 131072)]
+    shapes = [(8, 32, 8, 32768), (8, 28, 4, 32768), (32, 32, 8, 32768), (1, 32, 8, 131072), (1, 32, 8, 4096),
+              (1, 28, 4, 4096)]
     rows, t0 = [], time.time()
     for i, (B, hq, hkv, ctx) in enumerate(shapes):
         print(f"[floor] shape {i + 1}/{len(shapes)}: B={B} {hq}/{hkv} ctx={ctx}", file=sys.stderr, flush=True)
@@ -112,6 +133,13 @@ def main():
         kname, ns = plans[0].kernel_name, plans[0].ns
         case = plans = None
         cp.get_default_memory_pool().free_all_blocks()
+        f16 = bd.Fp16Case(B, hq, hkv, ctx, bd.PAGE, bd.rotations(B * hkv * ctx * 512, l2))
+        err = f16.check(None, False)
+        assert err < 1e-4, err
+        f16_plans = f16.plans()
+        f16_us, _ = bd.time_cupy([p.launch for p in f16_plans], args.reps)
+        f16 = f16_plans = None
+        cp.get_default_memory_pool().free_all_blocks()
         ladder, nbytes = floor_rows(B, hq, hkv, ctx, args.reps, sms)
         base = dict(batch=B, hq=hq, hkv=hkv, context=ctx)
         rows.append(dict(base, level="torch_sdpa_fp16", us=sdpa_us, gbps=sb / sdpa_us / 1e3, ratio_sdpa=1.0))
@@ -119,7 +147,9 @@ def main():
             rows.append(dict(base, **r, ratio_sdpa=r["us"] / sdpa_us))
         rows.append(dict(base, level="witcert_int8_cert", kernel=kname, num_splits=ns, us=dec_us,
                          gbps=nbytes / dec_us / 1e3, ratio_sdpa=dec_us / sdpa_us))
-        for r in rows[-len(ladder) - 2:]:
+        rows.append(dict(base, level="witcert_fp16_store", us=f16_us, gbps=sb / f16_us / 1e3,
+                         ratio_sdpa=f16_us / sdpa_us))
+        for r in rows[-len(ladder) - 3:]:
             print(f"  {r['level']:<20}{r['us']:>10.1f} us {r['gbps']:>7.0f} GB/s {r['ratio_sdpa']:>6.2f}x SDPA",
                   flush=True)
     date = datetime.date.today().isoformat()

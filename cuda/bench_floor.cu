@@ -12,6 +12,8 @@
 //       reductions, no softmax, no certificate).
 // A thread takes half a row (64 channels, 4 Philox calls), grid-stride.  The sink is written so
 // nothing is dead code; its value means nothing.
+// The fp16-store ladder (bench_floor_f16_*) does the same for rows of 128 fp16 values (an
+// Fp16Pool): F0 the loads; F1 + the fp32 conversion; F3 + G fp32 FMAs per element.
 #include "common.cuh"
 #include "philox.cuh"
 #include "dequant.cuh"
@@ -76,6 +78,60 @@ __device__ __forceinline__ void bench_floor_body(const i8* __restrict__ codes, c
     for (int g = 0; g < G; ++g) r += acc[g][0] + acc[g][1] + acc[g][2] + acc[g][3];
     sink[(i64)blockIdx.x * BF_THREADS + threadIdx.x] = r;
 }
+
+template <int LEVEL, int G>
+__device__ __forceinline__ void bench_floor_f16_body(const u16* __restrict__ vals, i64 rows,
+                                                     const float* __restrict__ coef, float* __restrict__ sink) {
+    float cf[G][4], acc[G][4];
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            cf[g][e] = coef[4 * g + e];
+            acc[g][e] = 0.0f;
+        }
+    u32 fold = 0;
+    const i64 items = rows * 2, stride = (i64)gridDim.x * BF_THREADS;
+    for (i64 it = (i64)blockIdx.x * BF_THREADS + threadIdx.x; it < items; it += stride) {
+        const uint4* src = reinterpret_cast<const uint4*>(vals + (it >> 1) * BF_D + (int)(it & 1) * 64);
+        uint4 raw[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) raw[k] = src[k];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const u32 wd[4] = {raw[k].x, raw[k].y, raw[k].z, raw[k].w};
+            if (LEVEL == 0) {
+                fold ^= wd[0] ^ wd[1] ^ wd[2] ^ wd[3];
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    const float x = f16_to_f32((u16)(wd[e / 2] >> (16 * (e % 2))));
+                    if (LEVEL == 1) {
+                        acc[0][e & 3] += x;
+                    } else {
+#pragma unroll
+                        for (int g = 0; g < G; ++g) acc[g][e & 3] = __fmaf_rn(cf[g][e & 3], x, acc[g][e & 3]);
+                    }
+                }
+            }
+        }
+    }
+    float r = (float)fold;
+#pragma unroll
+    for (int g = 0; g < G; ++g) r += acc[g][0] + acc[g][1] + acc[g][2] + acc[g][3];
+    sink[(i64)blockIdx.x * BF_THREADS + threadIdx.x] = r;
+}
+
+#define WC_FLOOR_F16_ENTRY(NAME, LEVEL, G)                                                                  \
+    extern "C" __global__ void __launch_bounds__(BF_THREADS) NAME(                                         \
+        const u16* __restrict__ vals, i64 rows, const float* __restrict__ coef, float* __restrict__ sink) { \
+        bench_floor_f16_body<LEVEL, G>(vals, rows, coef, sink);                                            \
+    }
+
+WC_FLOOR_F16_ENTRY(bench_floor_f16_l0, 0, 1)
+WC_FLOOR_F16_ENTRY(bench_floor_f16_l1, 1, 1)
+WC_FLOOR_F16_ENTRY(bench_floor_f16_l3_g4, 3, 4)
+WC_FLOOR_F16_ENTRY(bench_floor_f16_l3_g7, 3, 7)
 
 #define WC_FLOOR_ENTRY(NAME, LEVEL, G)                                                                      \
     extern "C" __global__ void __launch_bounds__(BF_THREADS) NAME(                                         \
