@@ -157,3 +157,25 @@ def test_sm_scale_and_no_cert():
     assert np.allclose(r.o[0], o, atol=1e-5 * np.abs(o).max())
     assert np.allclose(r.lse[0], lse, rtol=1e-5)
     assert math.isclose(1 / math.sqrt(128), 0.08838834764831845)
+
+
+def test_gpu_default_split_count_fills_one_wave_of_resident_ctas():
+    """The GPU launch layer's default split count (host arithmetic only, run here without a GPU):
+    one wave of the stage-1 kernel's resident CTAs over batch × kv heads, at most 64 splits (the
+    measured best at batch 1, bench/NOTES.md session 6), at least 1, never more than the pool's
+    pages."""
+    import types
+
+    from witcert_cupy import _cuda
+
+    def splits(batch, hkv, ctas, sms=132, pages=1 << 20):
+        dev = types.SimpleNamespace(num_sms=sms, pool=types.SimpleNamespace(num_kv_heads=hkv, num_pages=pages))
+        return _cuda._DeviceBase.default_num_splits(dev, batch, ctas)
+
+    assert splits(8, 8, 6) == 12 and 8 * 8 * 12 <= 6 * 132 < 8 * 8 * 13  # one wave, not more
+    assert splits(8, 4, 6) == 24
+    assert splits(32, 8, 6) == 3
+    assert splits(1, 8, 6) == 64 and splits(1, 4, 8) == 64  # the cap
+    assert splits(512, 8, 6) == 1  # more rows than resident CTAs: one split each
+    assert splits(1, 8, 6, pages=5) == 5  # never more splits than pages
+    assert splits(8, 8, 4) == 8  # the residency counts: 4 resident per SM get 8 splits, 6 get 12
