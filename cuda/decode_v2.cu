@@ -163,8 +163,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
     __shared__ float a_band[G][64];
     __shared__ short oidx[D];
     __shared__ __align__(16) float Vs[V2_TILE][V2_PAD];
-    // INT8: each thread's staged row of the tile, codes [0, 32) and fp16 scales [32, 36) in words;
-    // a pitch of 36 words puts a quarter-warp's 16-byte accesses to 8 rows on distinct banks
+    // INT8: the tile's staged rows per side, codes [0, 32) and fp16 scales [32, 36) in words; a
+    // pitch of 36 words puts a quarter-warp's 16-byte reads of 8 rows (lane = token) on distinct banks
     __shared__ __align__(16) u32 ctile[2][V2_TILE][FP16 ? 4 : V2_CPITCH];
     __shared__ __align__(16) float P[G][V2_TILE];
     __shared__ float sc_s[G];   // this tile's rescale of o per head
@@ -188,10 +188,10 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
     const i64 tb = poisoned ? ta : min((i64)pb << page_shift, S);
 
     float acc[G][2];  // channels 2·tid, 2·tid + 1 of o for every head
-    // head statistics, per lane of the K warp (its tokens), reduced once after the last tile: the
-    // softmax maximum m (warp-uniform: phase C rescales by it), the sum l, the certificate's own
-    // running maximum m2 and sum l2 (SPEC §6) and cmax.  An infinite c_t makes cmax infinite,
-    // which is how the end tells λ = +inf ("no guarantee").
+    // head statistics per lane (its tokens), reduced once after the last tile: the K warp's softmax
+    // maximum m (warp-uniform: phase C rescales by it) and sum l; the V warp's certificate
+    // statistics, λ's own running maximum m2 and sum l2 (SPEC §6) and cmax.  An infinite c_t makes
+    // cmax infinite, which is how the end tells λ = +inf ("no guarantee").
     float m[G], l[G], m2[G], l2[G], cmx[G];
 #pragma unroll
     for (int g = 0; g < G; ++g) {
