@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One device call (see the device notes: few, full calls): environment, the GPU test suite, the
 # compute-sanitizer fuzz, and the benchmarks.  Everything lands under $OUT (at most 8 files).
-#   bash bench/gpu_session.sh [tests|issue4|issue5|issue6|issue8|tp|splits|quick|full]   (tests: no benchmarks; tp: + NCCL run)
+#   bash bench/gpu_session.sh [tests|issue4|issue5|issue6|issue8|tp|splits|floor|quick|full]   (tests: no benchmarks; tp: + NCCL run)
+#   floor: the decode's measured floor ladder (bench/decode_floor.py); VARIANTS="'' V2_KUNROLL=1" adds
+#   bench/decode_variants.py with those compile-time variants
 set -u
 MODE=${1:-quick}
 export PYTHONPATH=.:tests PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupy_cache NUMBA_CACHE_DIR=/tmp/numba_cache
@@ -41,6 +43,14 @@ fi
 if [ "$MODE" = splits ]; then
   echo "== decode split-count sweep (small batches)"
   python3 bench/decode.py --splits --out "$OUT" 2>&1 | tee "$OUT/bench_splits.log" | tail -40
+  exit 0
+fi
+if [ "$MODE" = floor ]; then
+  echo "== decode floor ladder (INT8 and fp16-store), SDPA and our decodes beside"
+  python3 bench/decode_floor.py --out "$OUT" 2>&1 | tee "$OUT/bench_floor.log" | grep -v "^\[" | tail -70
+  if [ -n "${VARIANTS:-}" ]; then
+    eval "python3 bench/decode_variants.py $VARIANTS --out \"$OUT\"" 2>&1 | tee "$OUT/bench_variants.log" | grep variant
+  fi
   exit 0
 fi
 if [ "$MODE" = issue6 ]; then
