@@ -76,31 +76,30 @@ def floor_rows(B, hq, hkv, ctx, reps, sms):
     coef = cp.asarray(np.random.default_rng(0).standard_normal(32).astype(np.float32))
     grid = sms * 8
     sink = cp.empty(grid * 256, cp.float32)
-    nbytes = rows_kv * (D + 2 * (D // GS))
+    fh = 4 if G <= 4 else 7  # the FMA level's head count (the kernels instantiate G = 4 and 7)
     out = []
-    for level, name in LEVELS:
-        name = name or f"bench_floor_l3_g{4 if G <= 4 else 7}"
-        k = _cuda.kernel("bench_floor.cu", name)
-        args = (codes, scales, np.int64(rows_kv), np.int32(int(math.log2(GS))), np.uint32(0x1234), np.uint32(0x5678),
-                coef, sink)
-        us = time_events(lambda: k((grid,), (256,), args), reps)
-        assert bool(cp.isfinite(sink).all()), f"{name}: non-finite sink"
-        out.append(dict(level=level, kernel=name, fma_heads=(4 if G <= 4 else 7) if level == "L3_fma" else 0,
-                        us=us, gbps=nbytes / us / 1e3))
+
+    def ladder(levels, data_args, nbytes):
+        for level, name in levels:
+            k = _cuda.kernel("bench_floor.cu", name)
+            args = (*data_args, coef, sink)
+            us = time_events(lambda: k((grid,), (256,), args), reps)
+            assert bool(cp.isfinite(sink).all()), f"{name}: non-finite sink"
+            out.append(dict(level=level, kernel=name, fma_heads=fh if "fma" in level.lower() else 0, us=us,
+                            gbps=nbytes / us / 1e3))
+
+    nbytes = rows_kv * (D + 2 * (D // GS))
+    ladder([(lv, name or f"bench_floor_l3_g{fh}") for lv, name in LEVELS],
+           (codes, scales, np.int64(rows_kv), np.int32(int(math.log2(GS))), np.uint32(0x1234), np.uint32(0x5678)),
+           nbytes)
     del codes, scales
     cp.get_default_memory_pool().free_all_blocks()
-    # the fp16-store ladder: rows of 128 fp16 values
+    # the fp16-store ladder: rows of 128 fp16 values (half the values drawn, twice: a smaller
+    # float32 temporary at the largest shapes; contents do not change the timing)
     vals = cp.random.standard_normal(rows_kv * D // 2, dtype=cp.float32).astype(cp.float16)
     vals = cp.concatenate([vals, vals]).view(cp.uint16)
-    nbytes16 = rows_kv * D * 2
-    for level, name in (("F0_loads", "bench_floor_f16_l0"), ("F1_convert", "bench_floor_f16_l1"), ("F3_fma", None)):
-        name = name or f"bench_floor_f16_l3_g{4 if G <= 4 else 7}"
-        k = _cuda.kernel("bench_floor.cu", name)
-        args = (vals, np.int64(rows_kv), coef, sink)
-        us = time_events(lambda: k((grid,), (256,), args), reps)
-        assert bool(cp.isfinite(sink).all()), f"{name}: non-finite sink"
-        out.append(dict(level=level, kernel=name, fma_heads=(4 if G <= 4 else 7) if level == "F3_fma" else 0,
-                        us=us, gbps=nbytes16 / us / 1e3))
+    ladder([("F0_loads", "bench_floor_f16_l0"), ("F1_convert", "bench_floor_f16_l1"),
+            ("F3_fma", f"bench_floor_f16_l3_g{fh}")], (vals, np.int64(rows_kv)), rows_kv * D * 2)
     del vals
     cp.get_default_memory_pool().free_all_blocks()
     return out, nbytes

@@ -21,12 +21,9 @@
 #define BF_THREADS 256
 #define BF_D 128
 
-template <int LEVEL, int G>
-__device__ __forceinline__ void bench_floor_body(const i8* __restrict__ codes, const u16* __restrict__ scales,
-                                                 i64 rows, int gs_shift, u32 k0, u32 k1,
-                                                 const float* __restrict__ coef, float* __restrict__ sink) {
-    const int NG = BF_D >> gs_shift;
-    float cf[G][4], acc[G][4];
+// the G·4 FMA coefficients (runtime values, so nothing folds) and zeroed accumulators
+template <int G>
+__device__ __forceinline__ void bf_start(const float* __restrict__ coef, float (&cf)[G][4], float (&acc)[G][4]) {
 #pragma unroll
     for (int g = 0; g < G; ++g)
 #pragma unroll
@@ -34,6 +31,24 @@ __device__ __forceinline__ void bench_floor_body(const i8* __restrict__ codes, c
             cf[g][e] = coef[4 * g + e];
             acc[g][e] = 0.0f;
         }
+}
+
+// everything a thread computed, into the sink (so no level is dead code)
+template <int G>
+__device__ __forceinline__ void bf_finish(u32 fold, const float (&acc)[G][4], float* __restrict__ sink) {
+    float r = (float)fold;
+#pragma unroll
+    for (int g = 0; g < G; ++g) r += acc[g][0] + acc[g][1] + acc[g][2] + acc[g][3];
+    sink[(i64)blockIdx.x * BF_THREADS + threadIdx.x] = r;
+}
+
+template <int LEVEL, int G>
+__device__ __forceinline__ void bench_floor_body(const i8* __restrict__ codes, const u16* __restrict__ scales,
+                                                 i64 rows, int gs_shift, u32 k0, u32 k1,
+                                                 const float* __restrict__ coef, float* __restrict__ sink) {
+    const int NG = BF_D >> gs_shift;
+    float cf[G][4], acc[G][4];
+    bf_start<G>(coef, cf, acc);
     u32 fold = 0;
     const i64 items = rows * 2, stride = (i64)gridDim.x * BF_THREADS;
     for (i64 it = (i64)blockIdx.x * BF_THREADS + threadIdx.x; it < items; it += stride) {
@@ -73,23 +88,14 @@ __device__ __forceinline__ void bench_floor_body(const i8* __restrict__ codes, c
             }
         }
     }
-    float r = (float)fold;
-#pragma unroll
-    for (int g = 0; g < G; ++g) r += acc[g][0] + acc[g][1] + acc[g][2] + acc[g][3];
-    sink[(i64)blockIdx.x * BF_THREADS + threadIdx.x] = r;
+    bf_finish<G>(fold, acc, sink);
 }
 
 template <int LEVEL, int G>
 __device__ __forceinline__ void bench_floor_f16_body(const u16* __restrict__ vals, i64 rows,
                                                      const float* __restrict__ coef, float* __restrict__ sink) {
     float cf[G][4], acc[G][4];
-#pragma unroll
-    for (int g = 0; g < G; ++g)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            cf[g][e] = coef[4 * g + e];
-            acc[g][e] = 0.0f;
-        }
+    bf_start<G>(coef, cf, acc);
     u32 fold = 0;
     const i64 items = rows * 2, stride = (i64)gridDim.x * BF_THREADS;
     for (i64 it = (i64)blockIdx.x * BF_THREADS + threadIdx.x; it < items; it += stride) {
@@ -116,10 +122,7 @@ __device__ __forceinline__ void bench_floor_f16_body(const u16* __restrict__ val
             }
         }
     }
-    float r = (float)fold;
-#pragma unroll
-    for (int g = 0; g < G; ++g) r += acc[g][0] + acc[g][1] + acc[g][2] + acc[g][3];
-    sink[(i64)blockIdx.x * BF_THREADS + threadIdx.x] = r;
+    bf_finish<G>(fold, acc, sink);
 }
 
 #define WC_FLOOR_F16_ENTRY(NAME, LEVEL, G)                                                                  \

@@ -67,6 +67,25 @@ __device__ __forceinline__ void v2_load_half(const i8* __restrict__ codes, const
     }
 }
 
+// the inputs of one 16-channel chunk k of a staged INT8 row: its code words, the dither words of
+// its Philox call (SPEC §2: one 8-bit call per 16 channels) and its scale (zero past the split's end)
+__device__ __forceinline__ float v2_chunk_inputs(const u32* crow, const u16* srow, int k, int side, int gs_shift,
+                                                 bool valid, u32 slot, u32 ctr2, u32 k0, u32 k1, u32 (&cw)[4],
+                                                 u32 (&xw)[4]) {
+    const u32x4 w = philox10(slot, dither_ctr1(side, k), ctr2, 0u, k0, k1);
+    const uint4 cr = *reinterpret_cast<const uint4*>(crow + 4 * k);
+    cw[0] = cr.x, cw[1] = cr.y, cw[2] = cr.z, cw[3] = cr.w;
+    xw[0] = w.x, xw[1] = w.y, xw[2] = w.z, xw[3] = w.w;
+    return valid ? f16_to_f32(srow[(16 * k) >> gs_shift]) : 0.0f;
+}
+
+// eight fp16 values of a stored row (an Fp16Pool) as fp32; zeros past the split's end
+__device__ __forceinline__ void v2_f16x8(const uint4& r, bool valid, float (&x)[8]) {
+    const u32 wd[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = valid ? f16_to_f32((u16)(wd[e / 2] >> (16 * (e % 2)))) : 0.0f;
+}
+
 // c_t of one token for every head (SPEC §4): Tier A from its K witness row, Tier B from its K
 // scales (NGC groups), c = min of the two; a token past the split's end counts zero scales
 template <int NGC, int G>
@@ -306,11 +325,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
                 const uint4* src = reinterpret_cast<const uint4*>(reinterpret_cast<const u16*>(codes) + row * D);
 #pragma unroll 4
                 for (int k = 0; k < D / 8; ++k) {
-                    const uint4 r = src[k];
-                    const u32 wd[4] = {r.x, r.y, r.z, r.w};
                     float x[8];
-#pragma unroll
-                    for (int e = 0; e < 8; ++e) x[e] = valid ? f16_to_f32((u16)(wd[e / 2] >> (16 * (e % 2)))) : 0.0f;
+                    v2_f16x8(src[k], valid, x);
 #pragma unroll
                     for (int g = 0; g < G; ++g) {
                         const float4 qa = *reinterpret_cast<const float4*>(&q_s[g][8 * k]);
@@ -328,12 +344,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
             } else {
 #pragma unroll (KU)
                 for (int k = 0; k < D / 16; ++k) {
-                    // one 8-bit Philox call feeds these 16 channels (SPEC §2)
-                    const u32x4 w = philox10(slot, dither_ctr1(0, k), ctr2, 0u, k0, k1);
-                    const uint4 cr = *reinterpret_cast<const uint4*>(crow + 4 * k);
-                    const float sb = valid ? f16_to_f32(srow[(16 * k) >> gs_shift]) : 0.0f;
-                    const u32 cw[4] = {cr.x, cr.y, cr.z, cr.w};
-                    const u32 xw[4] = {w.x, w.y, w.z, w.w};
+                    u32 cw[4], xw[4];
+                    const float sb = v2_chunk_inputs(crow, srow, k, 0, gs_shift, valid, slot, ctr2, k0, k1, cw, xw);
                     float x[16];
                     dequant16_u8(cw, xw, sb, x);
                     if (byp && valid)
@@ -385,22 +397,16 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
                 const uint4* src = reinterpret_cast<const uint4*>(reinterpret_cast<const u16*>(codes) + row * D);
 #pragma unroll 4
                 for (int k = 0; k < D / 8; ++k) {
-                    const uint4 r = src[k];
-                    const u32 wd[4] = {r.x, r.y, r.z, r.w};
                     float x[8];
-#pragma unroll
-                    for (int e = 0; e < 8; ++e) x[e] = valid ? f16_to_f32((u16)(wd[e / 2] >> (16 * (e % 2)))) : 0.0f;
+                    v2_f16x8(src[k], valid, x);
                     *reinterpret_cast<float4*>(dst + 8 * k) = make_float4(x[0], x[1], x[2], x[3]);
                     *reinterpret_cast<float4*>(dst + 8 * k + 4) = make_float4(x[4], x[5], x[6], x[7]);
                 }
             } else {
 #pragma unroll (VU)
                 for (int k = 0; k < D / 16; ++k) {
-                    const u32x4 w = philox10(slot, dither_ctr1(1, k), ctr2, 0u, k0, k1);
-                    const uint4 cr = *reinterpret_cast<const uint4*>(crow + 4 * k);
-                    const float sb = valid ? f16_to_f32(srow[(16 * k) >> gs_shift]) : 0.0f;
-                    const u32 cw[4] = {cr.x, cr.y, cr.z, cr.w};
-                    const u32 xw[4] = {w.x, w.y, w.z, w.w};
+                    u32 cw[4], xw[4];
+                    const float sb = v2_chunk_inputs(crow, srow, k, 1, gs_shift, valid, slot, ctr2, k0, k1, cw, xw);
                     v2_dequant16(cw, xw, sb, dst + 16 * k);
                     if (byp && valid)
                         for (int e = 0; e < 16; ++e) {
