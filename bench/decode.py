@@ -266,7 +266,7 @@ def main():
         for bits in bits_list if page == PAGE else [8]:
             for cert in (True, False) if page == PAGE else (True,):
                 # the library's choice, and the general kernel side by side where the choice is v2
-                variants = [("witcert_int8", "auto")] + ([("witcert_int8_v1", "v1")] if bits == 8 else [])
+                variants = [("witcert_int8", "auto"), ("witcert_int8_v1", "v1")]
                 for method, stage1 in variants:
                     err = case.check(bits, cert, stage1)
                     checks.append({"method": method, "batch": B, "hq": hq, "hkv": hkv, "context": ctx,
@@ -378,7 +378,7 @@ def plot(rows, path):
         methods = sorted({(r["method"], r["dither_bits"], r["cert"]) for r in sel}, key=str)
         for m in methods:
             pts = sorted((r["context"], r["us"]) for r in sel if (r["method"], r["dither_bits"], r["cert"]) == m)
-            label = m[0] if m[1] is None else f"int8 m={m[1]} cert={'on' if m[2] else 'off'}"
+            label = m[0] if m[1] is None else f"{m[0].replace('witcert_', '')} m={m[1]} cert={'on' if m[2] else 'off'}"
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One device call (see the device notes: few, full calls): environment, the GPU test suite, the
 # compute-sanitizer fuzz, and the benchmarks.  Everything lands under $OUT (at most 8 files).
-#   bash bench/gpu_session.sh [tests|issue4|issue5|issue6|issue8|tp|splits|floor|quick|full]   (tests: no benchmarks; tp: + NCCL run)
+#   bash bench/gpu_session.sh [tests|issue4|issue5|issue6|issue8|tp|splits|floor|parts|decode|quick|full]   (tests: no benchmarks; tp: + NCCL run)
+#   parts: bench/decode_parts.py (small-batch step vs stage 1 by split count), optional VARIANTS as floor
+#   decode: PROBE="2,16,16" tests/gpu_spec9_probe.py, bench/decode_parts.py, the full bench/decode.py
 #   floor: the decode's measured floor ladder (bench/decode_floor.py); VARIANTS="'' V2_KUNROLL=1" adds
 #   bench/decode_variants.py with those compile-time variants
 set -u
@@ -48,6 +50,22 @@ fi
 if [ "$MODE" = floor ]; then
   echo "== decode floor ladder (INT8 and fp16-store), SDPA and our decodes beside"
   python3 bench/decode_floor.py --out "$OUT" 2>&1 | tee "$OUT/bench_floor.log" | grep -v "^\[" | tail -70
+  if [ -n "${VARIANTS:-}" ]; then
+    eval "python3 bench/decode_variants.py $VARIANTS --out \"$OUT\"" 2>&1 | tee "$OUT/bench_variants.log" | grep variant
+  fi
+  exit 0
+fi
+if [ "$MODE" = decode ]; then
+  echo "== SPEC 9 margins of both stage-1 kernels (PROBE=\"G,PAGE,BITS ...\")"
+  for c in ${PROBE:-}; do python3 tests/gpu_spec9_probe.py ${c//,/ } 2>&1; done | tee "$OUT/probe.log"
+  echo "== small-batch decode parts, then the full decode sweep"
+  python3 bench/decode_parts.py --out "$OUT" 2>&1 | tee "$OUT/bench_parts.log" | grep -v "^\[" | tail -40
+  python3 bench/decode.py --out "$OUT" 2>&1 | tee "$OUT/bench_decode.log" | grep -v "^\[" | tail -45
+  exit 0
+fi
+if [ "$MODE" = parts ]; then
+  echo "== small-batch decode: step vs stage 1 by split count; optional VARIANTS (bench/decode_variants.py)"
+  python3 bench/decode_parts.py --out "$OUT" 2>&1 | tee "$OUT/bench_parts.log" | grep -v "^\[" | tail -40
   if [ -n "${VARIANTS:-}" ]; then
     eval "python3 bench/decode_variants.py $VARIANTS --out \"$OUT\"" 2>&1 | tee "$OUT/bench_variants.log" | grep variant
   fi

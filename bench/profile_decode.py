@@ -1,5 +1,5 @@
 """One launch each of the decode stage-1 kernels at B=8, Hq/Hkv=32/8, context 32768 (the library's
-choice: decode_stage1_v2 for 8-bit INT8 and fp16 stores), for Nsight Compute:
+choice: decode_stage1_v2 for INT8 and fp16 stores at d = 128), for Nsight Compute:
 
     ncu --clock-control none --set full --import-source yes -k regex:decode_stage1 \
         -o decode-v2 python3 bench/profile_decode.py

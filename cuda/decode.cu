@@ -23,8 +23,10 @@
 //   last-page length outside [1, page_size] poison the split (NaN output, infinite certificate).
 //   FP16 = true: the same kernel over an Fp16Pool (stored fp16 values, no dither or scales; Tier A
 //   from the witness, or no certificate): our fp16 baseline and the meter of black-box schemes.
-// decode_merge: grid (B * Hq), block D: SPEC §6 stage 2, twin of _cpu/decode.py::merge_splits.
-// decode_certify: SPEC §5 risk and TV bound per cell into preallocated float64 outputs.
+// decode_merge: grid (B * Hq), block D: SPEC §6 stage 2, twin of _cpu/decode.py::merge_splits, and
+//   optionally SPEC §5 per cell (the certified step's last launch).
+// decode_certify: SPEC §5 risk and TV bound per cell into preallocated float64 outputs (for partials
+//   merged elsewhere).
 #include "common.cuh"
 #include "philox.cuh"
 
@@ -554,64 +556,6 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     }
 }
 
-extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const float* __restrict__ lse_part,
-                                        const float* __restrict__ lam_part, const float* __restrict__ cmax_part,
-                                        int ns, int D, float* __restrict__ o, float* __restrict__ lse,
-                                        float* __restrict__ log_a, float* __restrict__ cmax) {
-    const i64 r = blockIdx.x;  // (b, hq)
-    const float* lp = lse_part + r * ns;
-    const float* lm = lam_part + r * ns;
-    float mx = -INFINITY, lmx = -INFINITY, cm = 0.0f;
-    bool bad = false;
-    for (int s = 0; s < ns; ++s) {
-        const float v = lp[s];
-        if (v != v) bad = true;
-        else mx = fmaxf(mx, v);
-        lmx = fmaxf(lmx, lm[s]);
-        cm = fmaxf(cm, cmax_part[r * ns + s]);
-    }
-    if (threadIdx.x == 0) cmax[r] = cm;
-    if (bad) {
-        for (int c = threadIdx.x; c < D; c += blockDim.x) o[r * D + c] = NAN;
-        if (threadIdx.x == 0) {
-            lse[r] = NAN;
-            log_a[r] = INFINITY;
-        }
-        return;
-    }
-    if (mx == -INFINITY) {
-        for (int c = threadIdx.x; c < D; c += blockDim.x) o[r * D + c] = 0.0f;
-        if (threadIdx.x == 0) {
-            lse[r] = -INFINITY;
-            log_a[r] = 0.0f;
-        }
-        return;
-    }
-    float tot = 0.0f;
-    for (int s = 0; s < ns; ++s)
-        if (lp[s] != -INFINITY) tot += expf(lp[s] - mx);
-    const float L = mx + logf(tot);
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        float acc = 0.0f;
-        for (int s = 0; s < ns; ++s)
-            if (lp[s] != -INFINITY) acc += expf(lp[s] - L) * o_part[(r * ns + s) * D + c];
-        o[r * D + c] = acc;
-    }
-    if (threadIdx.x == 0) {
-        lse[r] = L;
-        if (lmx == INFINITY) {
-            log_a[r] = INFINITY;
-        } else if (lmx == -INFINITY) {
-            log_a[r] = 0.0f;
-        } else {
-            float t2 = 0.0f;
-            for (int s = 0; s < ns; ++s)
-                if (lm[s] != -INFINITY) t2 += expf(lm[s] - lmx);
-            log_a[r] = fmaxf(lmx + logf(t2) - L, 0.0f);  // A >= 1 exactly; below is fp32 rounding
-        }
-    }
-}
-
 // SPEC §5 per (request, query head) cell, the twin of witcert_cupy/certificate.py (risk_from_log_a,
 // tv_bound).
 // R = expm1(2 (log A + res)) / 2, res = LOG_A_RESOLUTION_ULPS ulp(max(1, |lse|)) for finite lse
@@ -627,6 +571,111 @@ WC_D void certify_cell(float log_a, float lse, float cmax, double& risk, double&
     const double t = cm != cm ? 1.0 : tanh(cm / 2.0);
     risk = r;
     tv = fmin(fmin(1.0, r), t);
+}
+
+// decode_merge: grid (B·Hq), block min(D, 256), dynamic shared memory merge_smem_floats(ns) floats.
+// Every per-split quantity is formed once, by the thread that owns the split, into shared memory: the
+// statistics, the terms e^{lse_s − max} of lse and e^{λ_s − max} of log A, and the weights
+// e^{lse_s − lse}.  Only the sums of those terms run serially — in split order, as the CPU twin —
+// over shared memory, and the o loop's loads of o_part are unconditional (an empty split's weight
+// is selected away), so they are issued back to back.  (Before, every thread recomputed every
+// exponential, and each o_part load sat behind a branch on its split's statistics: a chain of ns
+// dependent L2 round trips, ≈ 15 µs of a 32 µs step at B = 1, 64 splits; run 43.)  With
+// `risk` non-null the CTA also certifies its cell (SPEC §5, certify_cell), so a certified step is
+// two launches, not three.
+#define MG_PAD(ns) (((ns) + 3) & ~3)  // 16-byte aligned arrays
+__host__ __device__ constexpr int merge_smem_floats(int ns) { return 3 * MG_PAD(ns) + 4; }
+
+extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const float* __restrict__ lse_part,
+                                        const float* __restrict__ lam_part, const float* __restrict__ cmax_part,
+                                        int ns, int D, float* __restrict__ o, float* __restrict__ lse,
+                                        float* __restrict__ log_a, float* __restrict__ cmax, double* __restrict__ risk,
+                                        double* __restrict__ tv_bound) {
+    extern __shared__ __align__(16) float mg_s[];
+    float* lp_s = mg_s;                 // lse_s, then the weights e^{lse_s − lse} (−1: empty split)
+    float* lm_s = mg_s + MG_PAD(ns);    // λ_s, then e^{λ_s − max λ}
+    float* ex_s = mg_s + 2 * MG_PAD(ns);  // e^{lse_s − max lse}
+    __shared__ float red[32][3];
+    __shared__ int bad_s;
+    const i64 r = blockIdx.x;  // (b, hq)
+    const int tid = threadIdx.x, nt = blockDim.x;
+    if (tid == 0) bad_s = 0;
+    float mx = -INFINITY, lmx = -INFINITY, cm = 0.0f;
+    bool bad = false;
+    for (int s = tid; s < ns; s += nt) {
+        const float v = lse_part[r * ns + s], lv = lam_part[r * ns + s];
+        lp_s[s] = v;
+        lm_s[s] = lv;
+        if (v != v) bad = true;
+        else mx = fmaxf(mx, v);
+        lmx = fmaxf(lmx, lv);
+        cm = fmaxf(cm, cmax_part[r * ns + s]);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        lmx = fmaxf(lmx, __shfl_xor_sync(0xffffffffu, lmx, off));
+        cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, off));
+    }
+    __syncthreads();  // bad_s is initialised
+    if (bad) bad_s = 1;
+    if ((tid & 31) == 0) {
+        red[tid >> 5][0] = mx;
+        red[tid >> 5][1] = lmx;
+        red[tid >> 5][2] = cm;
+    }
+    __syncthreads();
+    for (int wi = 0; wi < (nt + 31) >> 5; ++wi) {  // max is exact: any order gives the same bits
+        mx = fmaxf(mx, red[wi][0]);
+        lmx = fmaxf(lmx, red[wi][1]);
+        cm = fmaxf(cm, red[wi][2]);
+    }
+    float L, la;
+    if (bad_s) {
+        for (int c = tid; c < D; c += nt) o[r * D + c] = NAN;
+        L = NAN;
+        la = INFINITY;
+    } else if (mx == -INFINITY) {  // no tokens at all
+        for (int c = tid; c < D; c += nt) o[r * D + c] = 0.0f;
+        L = -INFINITY;
+        la = 0.0f;
+    } else {
+        const bool lfin = lmx != INFINITY && lmx != -INFINITY;
+        for (int s = tid; s < ns; s += nt) {
+            ex_s[s] = lp_s[s] != -INFINITY ? expf(lp_s[s] - mx) : 0.0f;
+            if (lfin) lm_s[s] = lm_s[s] != -INFINITY ? expf(lm_s[s] - lmx) : 0.0f;
+        }
+        __syncthreads();
+        float tot = 0.0f;  // the same bits in every thread: split order, as the twin
+        for (int s = 0; s < ns; ++s) tot += ex_s[s];
+        L = mx + logf(tot);
+        for (int s = tid; s < ns; s += nt) lp_s[s] = lp_s[s] != -INFINITY ? expf(lp_s[s] - L) : -1.0f;
+        __syncthreads();
+        for (int c = tid; c < D; c += nt) {
+            float acc = 0.0f;
+#pragma unroll 8
+            for (int s = 0; s < ns; ++s) {
+                const float v = o_part[(r * ns + s) * D + c], w = lp_s[s];
+                acc = w >= 0.0f ? acc + w * v : acc;
+            }
+            o[r * D + c] = acc;
+        }
+        if (lmx == INFINITY) {
+            la = INFINITY;
+        } else if (lmx == -INFINITY) {
+            la = 0.0f;
+        } else {
+            float t2 = 0.0f;
+            for (int s = 0; s < ns; ++s) t2 += lm_s[s];
+            la = fmaxf(lmx + logf(t2) - L, 0.0f);  // A >= 1 exactly; below is fp32 rounding
+        }
+    }
+    if (tid == 0) {
+        cmax[r] = cm;
+        lse[r] = L;
+        log_a[r] = la;
+        if (risk != nullptr) certify_cell(la, L, cm, risk[r], tv_bound[r]);
+    }
 }
 
 // decode_certify: grid ceil(n / 256), block 256: SPEC §5 per cell (certify_cell) into

@@ -1,13 +1,15 @@
 // decode_v2.cu — stage 1 of the split-KV decode with staged tiles (issue 5, v2): the common case
-// of the INT8 pool (d = 128, 8-bit dither, no exact tier, no per-page output).  Same contract,
+// of the INT8 pool (d = 128, 8-, 16- or 24-bit dither, no exact tier, no per-page output).  Same contract,
 // inputs and outputs as decode_stage1 in decode.cu (SPEC §4–6; fp32 dequant x̂ = s·(k − ξ) with
 // the exact stream), which serves every other case.
 //
-// decode_stage1_v2<G, FP16>: grid (num_splits, Hkv, B), block 64 = two warps, lane = token of a
-// 32-token tile, warp = side (K, V); each thread owns its token's whole row of its side.
+// decode_stage1_v2<G, BITS>: grid (num_splits, Hkv, B), block 64 = two warps, lane = token of a
+// 32-token tile, warp = side (K, V); each thread owns its token's whole row of its side.  BITS is
+// the dither resolution (8, 16, 24), or 0 for a pool of fp16 rows.
 //   A. A tile's rows (128 code bytes and the fp16 scales per token) arrive by cp.async in a shared
-//      staging tile, issued a tile ahead, eight lanes per row.  Per 16-channel chunk: one Philox
-//      call and x̂ in 4 instructions per element (dequant.cuh), then
+//      staging tile, issued a tile ahead, eight lanes per row.  Per 16-channel chunk: one, two or
+//      four Philox calls (8, 16, 24 bits) and x̂ in 4, 6 or 7 instructions per element
+//      (dequant.cuh), then
 //        K warp: straight into the G dot products q_g · k̂ in channel order (registers; K̂ never
 //                touches shared memory), then, still lane = token, the tile's online softmax by
 //                warp reductions: probabilities P, rescales, and the logits for the V warp;
@@ -20,8 +22,10 @@
 // head (≈ 1,150 shared wavefronts per tile, its largest cost after the arithmetic); here each K̂
 // element is used from registers by the G heads, every (token, head) is still computed once, and
 // the certificate rides on the warp that has slack (the K warp, with the dot products, sets the
-// pace).  The sums keep v2.3's order (channel order per dot product, token order per output
-// channel, band and group order in c_t, token order per lane in λ).
+// pace).  Sum orders: each INT8 dot product blocked by 16-channel chunk up to G = 6 (each chunk
+// summed in channel order, then added in chunk order: the error of 16 + 8 terms instead of 128),
+// channel order above and for fp16 rows; token order per output channel, band and group order in
+// c_t, token order per lane in λ.
 // Shared memory: static, 18–34 KB.  Never reads out of bounds: page ids outside the pool, an
 // inconsistent kv_indptr or a bad last-page length poison the split (NaN output, infinite
 // certificate), as in decode_stage1; a token past the split's end reads slot 0.
@@ -45,38 +49,41 @@
 #ifndef V2_VUNROLL
 #define V2_VUNROLL 2
 #endif
+// INT8 dot products blocked by 16-channel chunk up to G = 6 (run 48: the error of v2's logits
+// fell to the general kernel's, at no cost at G = 4; at G = 7 it cost 4–5%, so one chain there)
+#ifndef V2_BLOCKED_DOT
+#define V2_BLOCKED_DOT (G <= 6)
+#endif
 #define V2_LOG2E 1.4426950408889634f
 #define V2_LN2 0.6931471805599453f
 
-// x̂ for the 16 codes of one Philox call (dequant.cuh), stored to the shared tile as formed
-__device__ __forceinline__ void v2_dequant16(const u32 (&cw)[4], const u32 (&xw)[4], float sb, float* dst) {
-    float x[16];
-    dequant16_u8(cw, xw, sb, x);
-#pragma unroll
-    for (int e = 0; e < 16; e += 4)
-        *reinterpret_cast<float4*>(dst + e) = make_float4(x[e], x[e + 1], x[e + 2], x[e + 3]);
-}
-
-// one half row (64 channels) of codes and its chunks' scales: four 16-byte loads issued together
-__device__ __forceinline__ void v2_load_half(const i8* __restrict__ codes, const u16* __restrict__ scales, i64 row,
-                                             int c0, int gs_shift, int NG, int4 (&raw)[4], u16 (&sr)[4]) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        raw[k] = reinterpret_cast<const int4*>(codes + row * V2_D + c0)[k];
-        sr[k] = scales[row * NG + ((c0 + 16 * k) >> gs_shift)];
-    }
-}
+// Philox calls per 16-channel chunk (SPEC §2: a call feeds 16, 8 or 4 channels at 8, 16, 24 bits)
+__host__ __device__ constexpr int v2_calls(int bits) { return bits == 8 ? 1 : (bits == 16 ? 2 : 4); }
 
 // the inputs of one 16-channel chunk k of a staged INT8 row: its code words, the dither words of
-// its Philox call (SPEC §2: one 8-bit call per 16 channels) and its scale (zero past the split's end)
+// its Philox calls (SPEC §2 counter chunk = k·calls + i) and its scale (zero past the split's end)
+template <int BITS>
 __device__ __forceinline__ float v2_chunk_inputs(const u32* crow, const u16* srow, int k, int side, int gs_shift,
                                                  bool valid, u32 slot, u32 ctr2, u32 k0, u32 k1, u32 (&cw)[4],
-                                                 u32 (&xw)[4]) {
-    const u32x4 w = philox10(slot, dither_ctr1(side, k), ctr2, 0u, k0, k1);
+                                                 u32 (&xw)[4 * v2_calls(BITS)]) {
+    constexpr int NC = v2_calls(BITS);
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+        const u32x4 w = philox10(slot, dither_ctr1(side, NC * k + i), ctr2, 0u, k0, k1);
+        xw[4 * i] = w.x, xw[4 * i + 1] = w.y, xw[4 * i + 2] = w.z, xw[4 * i + 3] = w.w;
+    }
     const uint4 cr = *reinterpret_cast<const uint4*>(crow + 4 * k);
     cw[0] = cr.x, cw[1] = cr.y, cw[2] = cr.z, cw[3] = cr.w;
-    xw[0] = w.x, xw[1] = w.y, xw[2] = w.z, xw[3] = w.w;
     return valid ? f16_to_f32(srow[(16 * k) >> gs_shift]) : 0.0f;
+}
+
+// x̂ of one chunk at the dither resolution BITS (dequant.cuh)
+template <int BITS>
+__device__ __forceinline__ void v2_dequant(const u32 (&cw)[4], const u32 (&xw)[4 * v2_calls(BITS)], float sb,
+                                           float (&x)[16]) {
+    if constexpr (BITS == 8) dequant16_u8(cw, xw, sb, x);
+    else if constexpr (BITS == 16) dequant16_u16(cw, xw, sb, x);
+    else dequant16_u24(cw, xw, sb, x);
 }
 
 // eight fp16 values of a stored row (an Fp16Pool) as fp32; zeros past the split's end
@@ -155,18 +162,19 @@ __device__ __forceinline__ float v2_warp_sum(float v) {
     return v;
 }
 
-// CTAs per SM the register budget is set for (64 threads per CTA; shared memory, 18–34 KB, allows
+// CTAs per SM the register budget is set for (64 threads per CTA; shared memory, 18–35 KB, allows
 // 6–8): the largest count whose cap (65536 / (64·n) registers) ptxas meets without spilling —
 // 8 (128 registers) up to G = 3 and for fp16 rows up to G = 4, else 6 (168); INT8 at G = 8 needs
-// 180 (a bound of 5 still caps at 168 and spills), so 4, which still runs 5 per SM
+// 180 (a bound of 5 still caps at 168 and spills), so 4, which still runs 5 per SM.  (7 at G = 4,
+// 128 registers with one chunk per K step, measured 12% slower: run 43, bench/NOTES.md.)
 __host__ __device__ constexpr int v2_min_blocks(int G, bool fp16) {
     return G <= 3 ? 8 : (fp16 ? (G <= 4 ? 8 : 6) : (G <= 7 ? 6 : 4));
 }
 
-// FP16: the pool stores fp16 rows (Fp16Pool: a scheme's x̂ or the exact values, Tier A only); the
-// rows are converted to fp32 instead of dequantized (`codes` then points at the fp16 values).
-template <int G, bool FP16>
-__global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_stage1_v2(
+// BITS = 0: the pool stores fp16 rows (Fp16Pool: a scheme's x̂ or the exact values, Tier A only);
+// the rows are converted to fp32 instead of dequantized (`codes` then points at the fp16 values).
+template <int G, int BITS>
+__global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decode_stage1_v2(
     const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
     const u16* __restrict__ outl, const u16* __restrict__ wit, const int* __restrict__ bypass_ch,
     const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
@@ -174,6 +182,9 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
     float* __restrict__ lam_part, float* __restrict__ cmax_part, i64 N, int H, int layer, int head_base, int gs_shift,
     int NP2, int NB, int page_shift, int num_pages, int nnz, int num_splits, int tier, u32 k0, u32 k1, float sm,
     float log_budget, float beta_steps) {
+    static_assert(BITS == 0 || BITS == 8 || BITS == 16 || BITS == 24, "BITS: 0 (fp16 rows), 8, 16 or 24");
+    constexpr bool FP16 = BITS == 0;
+    constexpr int NXW = 4 * v2_calls(BITS);  // dither words per 16-channel chunk
     constexpr int D = V2_D;
     constexpr int KU = V2_KUNROLL, VU = V2_VUNROLL;  // chunk unrolls (the pragma takes no macros)
     __shared__ __align__(16) float q_s[G][D];
@@ -207,20 +218,25 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
     const i64 tb = poisoned ? ta : min((i64)pb << page_shift, S);
 
     float acc[G][2];  // channels 2·tid, 2·tid + 1 of o for every head
-    // head statistics per lane (its tokens), reduced once after the last tile: the K warp's softmax
-    // maximum m (warp-uniform: phase C rescales by it) and sum l; the V warp's certificate
-    // statistics, λ's own running maximum m2 and sum l2 (SPEC §6) and cmax.  An infinite c_t makes
-    // cmax infinite, which is how the end tells λ = +inf ("no guarantee").
-    float m[G], l[G], m2[G], l2[G], cmx[G];
+    // head statistics per lane (its tokens), reduced once after the last tile.  A thread is on one
+    // side for the whole kernel, so the two warps' statistics share registers (ptxas cannot see
+    // that the branches never mix; 2·G registers saved): K warp: mx_ = the softmax maximum m
+    // (warp-uniform: phase C rescales by it), sm_ = its sum l; V warp: mx_ = λ's own running
+    // maximum m2, sm_ = its sum l2 (SPEC §6), cm_ = cmax.  An infinite c_t makes cmax infinite,
+    // which is how the end tells λ = +inf ("no guarantee").
+    float mx_[G], sm_[G], cm_[G];
 #pragma unroll
     for (int g = 0; g < G; ++g) {
         acc[g][0] = acc[g][1] = 0.0f;
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-        m2[g] = -INFINITY;
-        l2[g] = 0.0f;
-        cmx[g] = 0.0f;
+        mx_[g] = -INFINITY;  // m and m2 both start at −inf, l and l2 at 0
+        sm_[g] = 0.0f;
+        cm_[g] = 0.0f;
     }
+    float(&m)[G] = mx_;
+    float(&l)[G] = sm_;
+    float(&m2)[G] = mx_;
+    float(&l2)[G] = sm_;
+    float(&cmx)[G] = cm_;
 
     if (ta < tb) {  // CTA-uniform: an empty split (past its request's pages) goes straight to its outputs
     const bool byp = NP2 > 0;  // outlier channels carry their exact fp16 values (SPEC §3)
@@ -321,7 +337,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
             float dot[G];
 #pragma unroll
             for (int g = 0; g < G; ++g) dot[g] = 0.0f;
-            if (FP16) {
+            if constexpr (FP16) {
                 const uint4* src = reinterpret_cast<const uint4*>(reinterpret_cast<const u16*>(codes) + row * D);
 #pragma unroll 4
                 for (int k = 0; k < D / 8; ++k) {
@@ -344,10 +360,10 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
             } else {
 #pragma unroll (KU)
                 for (int k = 0; k < D / 16; ++k) {
-                    u32 cw[4], xw[4];
-                    const float sb = v2_chunk_inputs(crow, srow, k, 0, gs_shift, valid, slot, ctr2, k0, k1, cw, xw);
+                    u32 cw[4], xw[NXW];
+                    const float sb = v2_chunk_inputs<BITS>(crow, srow, k, 0, gs_shift, valid, slot, ctr2, k0, k1, cw, xw);
                     float x[16];
-                    dequant16_u8(cw, xw, sb, x);
+                    v2_dequant<BITS>(cw, xw, sb, x);
                     if (byp && valid)
 #pragma unroll
                         for (int e = 0; e < 16; ++e) {
@@ -355,15 +371,21 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
                             if (o >= 0) x[e] = f16_to_f32(outl[row * NP2 + o]);
                         }
 #pragma unroll
-                    for (int g = 0; g < G; ++g)
+                    for (int g = 0; g < G; ++g) {
+                        // the chunk's 16 products are summed first, then added: a blocked sum, whose
+                        // rounding error grows with 16 + 8 terms instead of 128 (V2_BLOCKED_DOT=0: one
+                        // chain in channel order, for bench/decode_variants.py)
+                        float part = V2_BLOCKED_DOT ? 0.0f : dot[g];
 #pragma unroll
                         for (int e = 0; e < 16; e += 4) {
                             const float4 qq = *reinterpret_cast<const float4*>(&q_s[g][16 * k + e]);
-                            dot[g] += qq.x * x[e];
-                            dot[g] += qq.y * x[e + 1];
-                            dot[g] += qq.z * x[e + 2];
-                            dot[g] += qq.w * x[e + 3];
+                            part += qq.x * x[e];
+                            part += qq.y * x[e + 1];
+                            part += qq.z * x[e + 2];
+                            part += qq.w * x[e + 3];
                         }
+                        dot[g] = V2_BLOCKED_DOT ? dot[g] + part : part;
+                    }
                 }
             }
             // ---- B (same warp, lane = token): logits and the tile's softmax; the certificate's
@@ -393,7 +415,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
 #pragma unroll
             for (int gr = 0; gr < 8; ++gr) ks[gr] = (!FP16 && (tier & 2) && gr < NG) ? scales[rowK * NG + gr] : (u16)0;
             float* dst = &Vs[lane][0];
-            if (FP16) {
+            if constexpr (FP16) {
                 const uint4* src = reinterpret_cast<const uint4*>(reinterpret_cast<const u16*>(codes) + row * D);
 #pragma unroll 4
                 for (int k = 0; k < D / 8; ++k) {
@@ -405,9 +427,13 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
             } else {
 #pragma unroll (VU)
                 for (int k = 0; k < D / 16; ++k) {
-                    u32 cw[4], xw[4];
-                    const float sb = v2_chunk_inputs(crow, srow, k, 1, gs_shift, valid, slot, ctr2, k0, k1, cw, xw);
-                    v2_dequant16(cw, xw, sb, dst + 16 * k);
+                    u32 cw[4], xw[NXW];
+                    const float sb = v2_chunk_inputs<BITS>(crow, srow, k, 1, gs_shift, valid, slot, ctr2, k0, k1, cw, xw);
+                    float x[16];
+                    v2_dequant<BITS>(cw, xw, sb, x);
+#pragma unroll
+                    for (int e = 0; e < 16; e += 4)  // stored as formed
+                        *reinterpret_cast<float4*>(dst + 16 * k + e) = make_float4(x[e], x[e + 1], x[e + 2], x[e + 3]);
                     if (byp && valid)
                         for (int e = 0; e < 16; ++e) {
                             const int o = oidx[16 * k + e];
@@ -514,26 +540,19 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, FP16)) decode_sta
 }
 
 // An explicit instantiation (the offline compile checks in tests/test_cuda_compile.py).
-#define WC_V2_INST(G, F)                                                                                    \
-    template __global__ void decode_stage1_v2<G, F>(const float*, const i8*, const u16*, const u16*, const u16*, \
+#define WC_V2_INST1(G, BITS)                                                                                \
+    template __global__ void decode_stage1_v2<G, BITS>(const float*, const i8*, const u16*, const u16*, const u16*, \
                                                  const int*, const int*, const int*, const int*, const int*,  \
                                                  float*, float*, float*, float*, i64, int, int, int, int, int, \
                                                  int, int, int, int, int, int, u32, u32, float, float, float);
+#define WC_V2_INST(G) WC_V2_INST1(G, 0) WC_V2_INST1(G, 8) WC_V2_INST1(G, 16) WC_V2_INST1(G, 24)
 #ifdef WITCERT_INSTANTIATE_ALL
-WC_V2_INST(1, false)
-WC_V2_INST(1, true)
-WC_V2_INST(2, false)
-WC_V2_INST(2, true)
-WC_V2_INST(3, false)
-WC_V2_INST(3, true)
-WC_V2_INST(4, false)
-WC_V2_INST(4, true)
-WC_V2_INST(5, false)
-WC_V2_INST(5, true)
-WC_V2_INST(6, false)
-WC_V2_INST(6, true)
-WC_V2_INST(7, false)
-WC_V2_INST(7, true)
-WC_V2_INST(8, false)
-WC_V2_INST(8, true)
+WC_V2_INST(1)
+WC_V2_INST(2)
+WC_V2_INST(3)
+WC_V2_INST(4)
+WC_V2_INST(5)
+WC_V2_INST(6)
+WC_V2_INST(7)
+WC_V2_INST(8)
 #endif

@@ -2,7 +2,7 @@
 //
 // telemetry_record: grid 1, block 256.  Adds one decode call's risks R [B, Hq] (float64) of layer
 // `layer` to the counters; a decode step launches it on the Telemetry's own stream, after
-// decode_certify has written the risks.  A single CTA with a fixed reduction order makes the
+// decode_merge has certified the cells (written the risks).  A single CTA with a fixed reduction order makes the
 // aggregates deterministic (bit-identical between eager runs and CUDA-graph replays) and needs no atomics;
 // a call covers B·Hq cells (a few thousand at most), so one CTA is not the bottleneck: its cost is
 // the chain of dependent memory round trips, so the risks stay in shared memory (up to TEL_SMEM

@@ -20,13 +20,17 @@ cp.cuda.set_pinned_memory_allocator(None)
 
 def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
     rng = np.random.default_rng(0)
-    cfg = wc.QuantConfig(128, witness_bands=16, outlier_pairs=np.array([[[1, 40]] * 2]))
-    pools = [wc.KVPool(1, 2, 128, 64, 16, cfg, backend="cuda", keep_exact=True),
-             wc.Fp16Pool(1, 2, 128, 64, 16, witness_bands=16, keep_exact=True, backend="cuda")]
+    def int8(bits):
+        cfg = wc.QuantConfig(128, witness_bands=16, dither_bits=bits, outlier_pairs=np.array([[[1, 40]] * 2]))
+        return wc.KVPool(1, 2, 128, 64, 16, cfg, backend="cuda", keep_exact=True)
+
+    # INT8 at each dither resolution and fp16 stores take turns
+    pools = [int8(8), wc.Fp16Pool(1, 2, 128, 64, 16, witness_bands=16, keep_exact=True, backend="cuda"),
+             int8(16), int8(24)]
     n_good = n_bad = 0
     for it in range(iters):
-        pool = pools[it % 2]  # INT8 and fp16 stores alternate (both stage-1 kernels of each)
-        cert = wc.CertConfig(tier="AB" if it % 2 == 0 else "A")
+        pool = pools[it % len(pools)]
+        cert = wc.CertConfig(tier="A" if isinstance(pool, wc.Fp16Pool) else "AB")
         # writes with arbitrary slots: out-of-range ones must be dropped, not written
         n = int(rng.integers(1, 40))
         slots = rng.integers(-50, pool.num_slots + 50, n)

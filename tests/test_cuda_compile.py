@@ -41,8 +41,8 @@ def test_compiles_for_sm90_without_spills_or_warnings(name, tmp_path):
                     assert any(f"decode_stage1ILi{d}ELi{g}E{f}E" in e for e in entries), (d, g, f)
     if name == "decode_v2.cu":
         for g in range(1, 9):
-            for f in ("Lb0", "Lb1"):  # INT8 and fp16 stores
-                assert any(f"decode_stage1_v2ILi{g}E{f}E" in e for e in entries), (g, f)
+            for bits in (0, 8, 16, 24):  # fp16 stores, INT8 at each dither resolution
+                assert any(f"decode_stage1_v2ILi{g}ELi{bits}EE" in e for e in entries), (g, bits)
     if name == "extend_tc.cu":
         for g in range(1, 9):
             assert any(f"extend_tc_stage1ILi{g}EEv" in e for e in entries), g
@@ -98,7 +98,7 @@ def test_compiles_with_nvrtc_as_cupy_does(name):
     if name == "decode.cu":
         src += "\nWC_INST1(128, 4, false)\n"
     if name == "decode_v2.cu":
-        src += "\nWC_V2_INST(4, false)\nWC_V2_INST(8, true)\n"
+        src += "\nWC_V2_INST(4)\nWC_V2_INST1(8, 0)\n"
     ok, log = compile_nvrtc(src, name, ["-arch=sm_90", "-ftz=true", *_cuda.options()])
     assert ok, log
     assert "warning" not in log.lower(), log
@@ -118,3 +118,11 @@ def test_kernels_found_in_the_wheel_layout(tmp_path):
                          cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(tmp_path)})
     assert out.returncode == 0, out.stderr
     assert Path(out.stdout.strip()) == tmp_path / "witcert_cupy" / "cuda"
+
+
+def test_merge_shared_memory_formula_is_the_kernel_s():
+    src = (_cuda.kernel_dir() / "decode.cu").read_text()
+    assert "#define MG_PAD(ns) (((ns) + 3) & ~3)" in src
+    assert "constexpr int merge_smem_floats(int ns) { return 3 * MG_PAD(ns) + 4; }" in src
+    assert [_cuda.merge_smem_floats(n) for n in (1, 4, 5, 64, 4096)] == [16, 16, 28, 196, 12292]
+

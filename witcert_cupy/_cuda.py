@@ -124,6 +124,33 @@ def _resident_ctas(func, block):
     return int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(func.kernel.ptr, block, 0))
 
 
+def merge_smem_floats(ns):
+    """decode_merge's dynamic shared memory in floats (cuda/decode.cu, ``merge_smem_floats``): three
+    arrays of ns rounded up to 4, and 4 floats of slack."""
+    return 3 * ((ns + 3) & ~3) + 4
+
+
+def bind_merge(o_part, lse_part, lam_part, cmax_part, o, lse, log_a, cmax, risk=None, tv_bound=None):
+    """A zero-argument launcher of ``decode_merge`` over split partials ``o_part [..., ns, d]`` and
+    ``lse_part / lam_part / cmax_part [..., ns]`` (float32) into ``o [..., d]`` and ``lse / log_a /
+    cmax [...]``; with ``risk`` and ``tv_bound`` (float64 ``[...]``) it certifies each cell in the same
+    launch (SPEC §5)."""
+    *lead, ns, d = o_part.shape
+    rows = int(np.prod(lead, dtype=np.int64))
+    null = np.uint64(0)
+    args = (o_part, lse_part, lam_part, cmax_part, _i32(ns), _i32(d), o, lse, log_a, cmax,
+            null if risk is None else risk, null if tv_bound is None else tv_bound)
+    merge = kernel("decode.cu", "decode_merge")
+    smem = 4 * merge_smem_floats(ns)
+    if smem > 48 * 1024:  # ns above 4092 (the public API allows 4096)
+        merge.max_dynamic_shared_size_bytes = smem
+
+    def launch():
+        merge((rows,), (min(d, 256),), args, shared_mem=smem)
+
+    return launch
+
+
 def _i32(v):
     return np.int32(v)
 
@@ -437,7 +464,7 @@ class PoolDevice(_DeviceBase):
 
 class DecodePlan:
     """One decode step on the GPU with every buffer allocated up front: :meth:`launch` only launches
-    kernels (stage 1, the merge, the certificate and telemetry), so it can be timed with events or
+    kernels (stage 1, the merge with the certificate, and telemetry), so it can be timed with events or
     captured in a CUDA graph.  It reads ``q`` and the page table from the arrays it was given when
     they are already contiguous of the launch dtype (float32, int32): refill those in place between
     launches or replays."""
@@ -464,22 +491,22 @@ class DecodePlan:
         G = Hq // p.num_kv_heads
         logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
         P = max(0, int(max_pages))
-        # the staged-tile kernel serves the common cases: INT8 with 8-bit dither, or fp16 stores;
-        # d = 128, no exact tier, no per-page output, default unroll (decode_v2.cu); decode_stage1
-        # serves everything
-        v2_ok = ((dev.fp16_store or bits == 8) and d == 128 and p.tier_map_dev is None and P == 0
+        # the staged-tile kernel serves the common cases: INT8 (8-, 16- or 24-bit dither) or fp16
+        # stores; d = 128, no exact tier, no per-page output, default unroll (decode_v2.cu);
+        # decode_stage1 serves everything
+        v2_ok = ((dev.fp16_store or bits in (8, 16, 24)) and d == 128 and p.tier_map_dev is None and P == 0
                  and unroll == 0 and 128 // gs <= 8 and gs & (gs - 1) == 0 and dev.num_bands <= 64)
         if stage1 not in ("auto", "v1", "v2"):
             raise ValueError(f"stage1 must be 'auto', 'v1' or 'v2', got {stage1!r}")
         if stage1 == "v2" and not v2_ok:
-            raise ValueError("decode_stage1_v2 serves d=128 pools (INT8 with 8-bit dither, or fp16 stores) with "
-                             "no exact tier and no page contributions")
+            raise ValueError("decode_stage1_v2 serves d=128 pools (INT8 or fp16 stores) with no exact tier and "
+                             "no page contributions")
         self.kernel_name = "v2" if v2_ok and stage1 != "v1" else "v1"
         self.block1 = V2_THREADS if self.kernel_name == "v2" else 128
-        fp16 = "true" if dev.fp16_store else "false"
-        if self.kernel_name == "v2":
-            self.stage1 = kernel("decode_v2.cu", None, f"decode_stage1_v2<{G}, {fp16}>")
+        if self.kernel_name == "v2":  # the second template argument: dither bits, 0 for fp16 rows
+            self.stage1 = kernel("decode_v2.cu", None, f"decode_stage1_v2<{G}, {0 if dev.fp16_store else bits}>")
         else:
+            fp16 = "true" if dev.fp16_store else "false"
             self.stage1 = kernel("decode.cu", None, f"decode_stage1<{d}, {G}, {fp16}, {unroll}>")
         # the default split count: one wave of this kernel's resident CTAs
         self.ns = ns = ns or dev.default_num_splits(B, _resident_ctas(self.stage1, self.block1))
@@ -510,13 +537,12 @@ class DecodePlan:
                           _i32(cert_mod.tier_code(cert)), _i32(bits), *tier_dims, _i32(P > 0), _i32(P),
                           _i32(p.kv_head_offset), np.uint32(k0), np.uint32(k1), np.float32(sm_scale),
                           np.float32(logb), np.float32(beta))
-        self.merge = kernel("decode.cu", "decode_merge")
-        self.args2 = (self.o_part, self.lse_part, self.lam_part, self.cmax_part, _i32(ns), _i32(d), self.o,
-                      self.lse, self.log_a, self.cmax)
         self.risk = cp.empty((B, Hq), cp.float64)
         self.tv_bound = cp.empty((B, Hq), cp.float64)
-        self.certify = kernel("decode.cu", "decode_certify")
-        self.args3 = (self.log_a, self.lse, self.cmax, _i32(B * Hq), self.risk, self.tv_bound)
+        # the merge certifies each cell in the same launch when the step is certified
+        cert_out = (self.risk, self.tv_bound) if cert is not None else (None, None)
+        self.merge = bind_merge(self.o_part, self.lse_part, self.lam_part, self.cmax_part, self.o, self.lse,
+                                self.log_a, self.cmax, *cert_out)
 
     def launch(self):
         """Launch the step's kernels on the current stream (no allocation, no host read)."""
@@ -524,11 +550,8 @@ class DecodePlan:
         if B == 0:
             return
         self.stage1(self.grid1, (self.block1,), self.args1)
-        self.merge((B * Hq,), (min(d, 256),), self.args2)
-        if self.cert is None:
-            return
-        if self.telemetry is None:
-            self.certify(_grid1(B * Hq), (256,), self.args3)
+        if self.cert is None or self.telemetry is None:
+            self.merge()  # (and the certificate, when certified)
             return
         import cupy as cp
 
@@ -537,11 +560,11 @@ class DecodePlan:
         main = cp.cuda.get_current_stream()
         # which capture (or None: eager) this launch belongs to
         epoch = tel_mod.capture_epoch() if main.is_capturing() else None
-        # this plan's previous telemetry launch must have read the risks before they are rewritten
-        # (an event of the same capture, or of eager work; never one across two)
+        # this plan's previous telemetry launch must have read the risks before the merge rewrites
+        # them (an event of the same capture, or of eager work; never one across two)
         if self._tel_done is not None and self._tel_done[1] == epoch:
             main.wait_event(self._tel_done[0])
-        self.certify(_grid1(B * Hq), (256,), self.args3)
+        self.merge()
         self.telemetry._record_forked(self.layer, self.risk, self.dev.pool.num_kv_heads)
         self._tel_done = (self.telemetry._last, epoch)
 

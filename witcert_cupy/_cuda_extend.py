@@ -15,7 +15,7 @@ import re
 import numpy as np
 
 from . import certificate as cert_mod
-from ._cuda import _grid1, _i32, kernel, kernel_dir
+from ._cuda import _i32, bind_merge, kernel, kernel_dir
 
 def _source_define(name: str) -> int:
     m = re.search(rf"#define {name} (\d+)", (kernel_dir() / "extend_tc.cu").read_text())
@@ -115,11 +115,9 @@ class ExtendPlan:
                       _i32(int(math.log2(p.page_size))), _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(self.ns),
                       _i32(1 if causal else 0), _i32(cert_mod.tier_code(cert)), np.uint32(k0), np.uint32(k1),
                       np.float32(sm_scale), np.float32(logb), np.float32(cert_mod.beta_steps(cfg.dither_bits)))
-        self.merge = kernel("decode.cu", "decode_merge")
-        self.args2 = (self.o_part, self.lse_part, self.lam_part, self.cmax_part, _i32(self.ns), _i32(d), self.o,
-                      self.lse, self.log_a, self.cmax)
-        self.certify = kernel("decode.cu", "decode_certify")
-        self.args3 = (self.log_a, self.lse, self.cmax, _i32(n * Hq), self.risk, self.tv_bound)
+        cert_out = (self.risk, self.tv_bound) if cert is not None else (None, None)
+        self.merge = bind_merge(self.o_part, self.lse_part, self.lam_part, self.cmax_part, self.o, self.lse,
+                                self.log_a, self.cmax, *cert_out)
 
     def launch(self):
         """Launch stage 1, the merge and the certificate on the current stream (no allocation, no
@@ -129,9 +127,7 @@ class ExtendPlan:
             return
         self.stage1((self.num_tiles, self.dev.pool.num_kv_heads, self.ns), (32 * WARPS,), self.args1,
                     shared_mem=self.smem)
-        self.merge((n * Hq,), (min(d, 256),), self.args2)
-        if self.cert is not None:
-            self.certify(_grid1(n * Hq), (256,), self.args3)
+        self.merge()  # and the certificate, when certified
 
     def result(self):
         from .decode import DecodeResult

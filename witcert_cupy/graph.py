@@ -58,7 +58,6 @@ def warm_kernels(pool):
 
     d = pool.head_dim
     _cuda.kernel("telemetry.cu", "telemetry_record")
-    _cuda.kernel("decode.cu", "decode_certify")
     _cuda.kernel("decode.cu", "decode_merge")
     _cuda.kernel("write.cu", "evict_tier_pages")
     _cuda.kernel("write.cu", "store_fp16_rows" if pool._dev.fp16_store
