@@ -1,7 +1,7 @@
 // decode_v2.cu — stage 1 of the split-KV decode with staged tiles (issue 5, v2): the common case
-// of the INT8 pool (d = 128, 8-, 16- or 24-bit dither, no exact tier, no per-page output).  Same contract,
-// inputs and outputs as decode_stage1 in decode.cu (SPEC §4–6; fp32 dequant x̂ = s·(k − ξ) with
-// the exact stream), which serves every other case.
+// of the INT8 pool (d = 128, 8-, 16- or 24-bit dither, no exact tier, no per-page output).  Same
+// contract, inputs and outputs as decode_stage1 in decode.cu (SPEC §4–6; fp32 dequant
+// x̂ = s·(k − ξ) with the exact stream), which serves every other case.
 //
 // decode_stage1_v2<G, BITS>: grid (num_splits, Hkv, B), block 64 = two warps, lane = token of a
 // 32-token tile, warp = side (K, V); each thread owns its token's whole row of its side.  BITS is
@@ -10,7 +10,7 @@
 //      staging tile, issued a tile ahead, eight lanes per row.  Per 16-channel chunk: one, two or
 //      four Philox calls (8, 16, 24 bits) and x̂ in 4, 6 or 7 instructions per element
 //      (dequant.cuh), then
-//        K warp: straight into the G dot products q_g · k̂ in channel order (registers; K̂ never
+//        K warp: straight into the G dot products q_g · k̂ (sum orders below; registers; K̂ never
 //                touches shared memory), then, still lane = token, the tile's online softmax by
 //                warp reductions: probabilities P, rescales, and the logits for the V warp;
 //        V warp: into the shared fp32 tile V̂[32][132] (padded: a quarter-warp's 16-byte stores to
@@ -361,7 +361,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
 #pragma unroll (KU)
                 for (int k = 0; k < D / 16; ++k) {
                     u32 cw[4], xw[NXW];
-                    const float sb = v2_chunk_inputs<BITS>(crow, srow, k, 0, gs_shift, valid, slot, ctr2, k0, k1, cw, xw);
+                    const float sb =
+                        v2_chunk_inputs<BITS>(crow, srow, k, 0, gs_shift, valid, slot, ctr2, k0, k1, cw, xw);
                     float x[16];
                     v2_dequant<BITS>(cw, xw, sb, x);
                     if (byp && valid)
@@ -428,7 +429,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
 #pragma unroll (VU)
                 for (int k = 0; k < D / 16; ++k) {
                     u32 cw[4], xw[NXW];
-                    const float sb = v2_chunk_inputs<BITS>(crow, srow, k, 1, gs_shift, valid, slot, ctr2, k0, k1, cw, xw);
+                    const float sb =
+                        v2_chunk_inputs<BITS>(crow, srow, k, 1, gs_shift, valid, slot, ctr2, k0, k1, cw, xw);
                     float x[16];
                     v2_dequant<BITS>(cw, xw, sb, x);
 #pragma unroll
