@@ -27,6 +27,14 @@ compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 python3 te
 echo "sanitizer exit code $?" >> "$OUT/sanitizer.log"
 tail -8 "$OUT/sanitizer.log"
 [ "$MODE" = tests ] && exit 0
+run_parts() {  # bench/decode_parts.py: small-batch step vs stage 1 by split count
+  python3 bench/decode_parts.py --out "$OUT" 2>&1 | tee "$OUT/bench_parts.log" | grep -v "^\[" | tail -40
+}
+run_variants() {  # bench/decode_variants.py with the compile-time VARIANTS, if any
+  if [ -n "${VARIANTS:-}" ]; then
+    eval "python3 bench/decode_variants.py $VARIANTS --out \"$OUT\"" 2>&1 | tee "$OUT/bench_variants.log" | grep variant
+  fi
+}
 if [ "$MODE" = issue5 ]; then
   echo "== write path, decode (quick shapes) and extend benchmarks"
   {  # one log: 8 files at most come back
@@ -50,25 +58,21 @@ fi
 if [ "$MODE" = floor ]; then
   echo "== decode floor ladder (INT8 and fp16-store), SDPA and our decodes beside"
   python3 bench/decode_floor.py --out "$OUT" 2>&1 | tee "$OUT/bench_floor.log" | grep -v "^\[" | tail -70
-  if [ -n "${VARIANTS:-}" ]; then
-    eval "python3 bench/decode_variants.py $VARIANTS --out \"$OUT\"" 2>&1 | tee "$OUT/bench_variants.log" | grep variant
-  fi
+  run_variants
   exit 0
 fi
 if [ "$MODE" = decode ]; then
   echo "== SPEC 9 margins of both stage-1 kernels (PROBE=\"G,PAGE,BITS ...\")"
   for c in ${PROBE:-}; do python3 tests/gpu_spec9_probe.py ${c//,/ } 2>&1; done | tee "$OUT/probe.log"
   echo "== small-batch decode parts, then the full decode sweep"
-  python3 bench/decode_parts.py --out "$OUT" 2>&1 | tee "$OUT/bench_parts.log" | grep -v "^\[" | tail -40
+  run_parts
   python3 bench/decode.py --out "$OUT" 2>&1 | tee "$OUT/bench_decode.log" | grep -v "^\[" | tail -45
   exit 0
 fi
 if [ "$MODE" = parts ]; then
   echo "== small-batch decode: step vs stage 1 by split count; optional VARIANTS (bench/decode_variants.py)"
-  python3 bench/decode_parts.py --out "$OUT" 2>&1 | tee "$OUT/bench_parts.log" | grep -v "^\[" | tail -40
-  if [ -n "${VARIANTS:-}" ]; then
-    eval "python3 bench/decode_variants.py $VARIANTS --out \"$OUT\"" 2>&1 | tee "$OUT/bench_variants.log" | grep variant
-  fi
+  run_parts
+  run_variants
   exit 0
 fi
 if [ "$MODE" = issue6 ]; then
