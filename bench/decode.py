@@ -176,9 +176,9 @@ class Fp16Case(Int8Case):
     def bytes_moved(self):
         return self.B * self.hkv * self.ctx * 2 * 2 * D
 
-    def plans(self, bits=None, cert=False, stage1="auto"):
-        return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), None, None, stage1=stage1)
-                for r in range(self.rot)]
+    def plans(self, bits=None, cert=False, stage1="auto", num_splits=None):
+        return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), None, num_splits,
+                                    stage1=stage1) for r in range(self.rot)]
 
 
 def sdpa_case(B, hq, hkv, ctx, rot):
@@ -285,8 +285,8 @@ def main():
         if page == PAGE:
             rot = rotations(B * hkv * ctx * 512, l2)
             case = Fp16Case(B, hq, hkv, ctx, page, rot)
-            # the library's choice, and the general kernel side by side
-            for method, stage1 in (("witcert_fp16", "auto"), ("witcert_fp16_v1", "v1")):
+            # the library's choice (decode_stage1_f16), the staged-tile kernel and the general one
+            for method, stage1 in (("witcert_fp16", "auto"), ("witcert_fp16_v2", "v2"), ("witcert_fp16_v1", "v1")):
                 err = case.check(None, False, stage1)
                 checks.append({"method": method, "batch": B, "hq": hq, "hkv": hkv, "context": ctx,
                                "rel_err_vs_fp64": err})

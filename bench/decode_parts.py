@@ -3,10 +3,11 @@ contexts and split counts, the certified INT8 step (stage 1 + the merge that als
 alone, and torch SDPA fp16 on the same shape — every number a graph replay over rotated buffers, as
 in bench/decode.py.  The difference between the step and stage 1 is the merge plus one launch gap.
 
-    PYTHONPATH=. python3 bench/decode_parts.py [--out bench/results] [--reps 30]
+    PYTHONPATH=. python3 bench/decode_parts.py [--fp16] [--out bench/results] [--reps 30]
 
-Writes ``decode-parts-<date>.json`` (rows: batch, hq, hkv, context, num_splits (0 = the default),
-part, us, sdpa_us, ratio_sdpa).
+With ``--fp16`` the uncertified fp16-store step (decode_stage1_f16) instead, at more split counts.
+Writes ``decode-parts-<date>.json`` (``decode-parts-fp16-<date>.json``; rows: batch, hq, hkv,
+context, num_splits (0 = the default), part, us, sdpa_us, ratio_sdpa).
 """
 
 from __future__ import annotations
@@ -22,28 +23,37 @@ import decode as bd  # noqa: E402
 
 SHAPES = ((1, 32, 8, 4096), (1, 28, 4, 4096), (1, 32, 8, 32768))
 SPLITS = (0, 16, 32, 64, 128)
+FP16_SHAPES = ((1, 32, 8, 4096), (1, 28, 4, 4096), (1, 32, 8, 32768), (1, 28, 4, 32768), (8, 28, 4, 32768))
+FP16_SPLITS = (0, 32, 64, 128, 256)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--fp16", action="store_true", help="the fp16-store step (decode_stage1_f16)")
     args = ap.parse_args()
     l2 = bd.l2_bytes()
     rows = []
-    for i, (B, hq, hkv, ctx) in enumerate(SHAPES):
-        print(f"[parts] shape {i + 1}/{len(SHAPES)}: B={B} {hq}/{hkv} ctx={ctx}", file=sys.stderr, flush=True)
+    shapes, splits = (FP16_SHAPES, FP16_SPLITS) if args.fp16 else (SHAPES, SPLITS)
+    bits, cert = (None, False) if args.fp16 else (8, True)
+    for i, (B, hq, hkv, ctx) in enumerate(shapes):
+        print(f"[parts] shape {i + 1}/{len(shapes)}: B={B} {hq}/{hkv} ctx={ctx}", file=sys.stderr, flush=True)
         fns, err, _ = bd.sdpa_case(B, hq, hkv, ctx, bd.rotations(B * hkv * ctx * 2 * 2 * bd.D, l2))
         assert err < 2e-3, err
         sdpa_us, _ = bd.time_torch(fns, args.reps)
         del fns
-        case = bd.Int8Case(B, hq, hkv, ctx, bd.PAGE, bd.rotations(B * hkv * ctx * 272, l2))
-        err = case.check(8, True)
+        if args.fp16:
+            case = bd.Fp16Case(B, hq, hkv, ctx, bd.PAGE, bd.rotations(B * hkv * ctx * 512, l2))
+        else:
+            case = bd.Int8Case(B, hq, hkv, ctx, bd.PAGE, bd.rotations(B * hkv * ctx * 272, l2))
+        err = case.check(bits, cert)
         assert err < 1e-4, err
-        for ns in SPLITS:
-            plans = case.plans(8, True, num_splits=ns or None)
+        for ns in splits:
+            plans = case.plans(bits, cert, num_splits=ns or None)
             parts = {"step": [p.launch for p in plans],
-                     "stage1": [lambda p=p: p.stage1(p.grid1, (p.block1,), p.args1) for p in plans]}
+                     "stage1": [lambda p=p: p.stage1(p.grid1, (p.block1,), p.args1, shared_mem=p.smem1)
+                                for p in plans]}
             for part, launches in parts.items():
                 us, _ = bd.time_cupy(launches, args.reps)
                 rows.append(dict(batch=B, hq=hq, hkv=hkv, context=ctx, num_splits=ns, actual_splits=plans[0].ns,
@@ -52,7 +62,7 @@ def main():
                       f"({us / sdpa_us:.2f}x SDPA {sdpa_us:.1f} us)", flush=True)
         case = None
         cp.get_default_memory_pool().free_all_blocks()
-    bd.write_rows_json(args.out, "decode-parts", rows)
+    bd.write_rows_json(args.out, "decode-parts-fp16" if args.fp16 else "decode-parts", rows)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
-"""Compile-time variants of the staged-tile decode (cuda/decode_v2.cu) side by side in one process:
-each variant is the shipped source built with extra ``-D`` options (e.g. ``V2_KUNROLL=2``), checked
-against float64 attention, then timed on the same pools with SDPA fp16 beside it.
+"""Compile-time variants of the decode side by side in one process: each variant is the shipped
+source built with extra ``-D`` options (e.g. ``V2_KUNROLL=2``), checked against float64 attention,
+then timed on the same pools with SDPA fp16 beside it.  By default the certified INT8 step through
+the staged-tile kernel (cuda/decode_v2.cu, and the merge); with ``--fp16`` the fp16-store step
+through decode_stage1_f16 (cuda/decode_f16.cu).
 
     PYTHONPATH=. python3 bench/decode_variants.py "V2_KUNROLL=1" "V2_KUNROLL=2,V2_VUNROLL=4" ...
+    PYTHONPATH=. python3 bench/decode_variants.py --fp16 "" "F16_WARPS=2" ...
 
 Writes ``decode-variants-<date>.json`` (rows: variant, batch, hq, hkv, context, us, ratio_sdpa).
 """
@@ -27,10 +30,20 @@ _spec.loader.exec_module(bd)
 _BASE_OPTIONS = _cuda.options()
 
 
+_F16_WARPS = _cuda.F16_WARPS
+
+
 def use_variant(defines):
-    """Rebuild the kernels with ``defines`` (a list of ``NAME=VALUE``) added to the options."""
-    extra = tuple(f"-D{d}" for d in defines)
-    _cuda.options = lambda: _BASE_OPTIONS + extra
+    """Rebuild the kernels with ``defines`` (a list of ``NAME=VALUE``) added to the options;
+    ``F16_WARPS=n`` sets the launch layer's warps per CTA of decode_stage1_f16 instead."""
+    _cuda.F16_WARPS = _F16_WARPS
+    extra = []
+    for d in defines:
+        if d.startswith("F16_WARPS="):
+            _cuda.F16_WARPS = int(d.split("=")[1])
+        else:
+            extra.append(f"-D{d}")
+    _cuda.options = lambda: _BASE_OPTIONS + tuple(extra)
     _cuda._module.cache_clear()
 
 
@@ -39,29 +52,40 @@ def main():
     ap.add_argument("variants", nargs="+", help="comma-separated NAME=VALUE defines per variant ('' = shipped)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--fp16", action="store_true", help="the fp16-store decode (decode_stage1_f16)")
     args = ap.parse_args()
     l2 = bd.l2_bytes()
     rows = []
-    for B, hq, hkv, ctx in ((8, 32, 8, 32768), (8, 28, 4, 32768), (1, 32, 8, 32768)):
+    if args.fp16:
+        shapes = ((8, 32, 8, 32768), (8, 28, 4, 32768), (32, 28, 4, 32768), (1, 32, 8, 4096))
+    else:
+        shapes = ((8, 32, 8, 32768), (8, 28, 4, 32768), (1, 32, 8, 32768), (1, 32, 8, 4096))
+    for B, hq, hkv, ctx in shapes:
         fns, err, _ = bd.sdpa_case(B, hq, hkv, ctx, bd.rotations(B * hkv * ctx * 2 * 2 * bd.D, l2))
         assert err < 2e-3, err
         sdpa_us, _ = bd.time_torch(fns, args.reps)
         del fns
-        case = bd.Int8Case(B, hq, hkv, ctx, bd.PAGE, bd.rotations(B * hkv * ctx * 272, l2))
+        if args.fp16:
+            case = bd.Fp16Case(B, hq, hkv, ctx, bd.PAGE, bd.rotations(B * hkv * ctx * 512, l2))
+            bits, cert, stage1 = None, False, "f16"
+        else:
+            case = bd.Int8Case(B, hq, hkv, ctx, bd.PAGE, bd.rotations(B * hkv * ctx * 272, l2))
+            bits, cert, stage1 = 8, True, "v2"
         for v in args.variants:
             use_variant([d for d in v.split(",") if d])
-            err = case.check(8, True, "v2")
+            err = case.check(bits, cert, stage1)
             assert err < 1e-4, (v, err)
-            plans = case.plans(8, True, stage1="v2")
+            plans = case.plans(bits, cert, stage1=stage1)
             us, _ = bd.time_cupy([p.launch for p in plans], args.reps)
-            rows.append(dict(variant=v or "shipped", batch=B, hq=hq, hkv=hkv, context=ctx, cert=True, us=us,
-                             sdpa_us=sdpa_us, ratio_sdpa=us / sdpa_us, rel_err_vs_fp64=err))
+            rows.append(dict(variant=v or "shipped", kernel=plans[0].kernel_name, batch=B, hq=hq, hkv=hkv,
+                             context=ctx, cert=cert, us=us, sdpa_us=sdpa_us, ratio_sdpa=us / sdpa_us,
+                             rel_err_vs_fp64=err))
             print(f"variant [{v or 'shipped'}] B={B} {hq}/{hkv} ctx={ctx}: {us:8.1f} us ({us / sdpa_us:.2f}x SDPA "
                   f"{sdpa_us:.1f} us)", flush=True)
         case = None
         cp.get_default_memory_pool().free_all_blocks()
     use_variant([])
-    bd.write_rows_json(args.out, "decode-variants", rows)
+    bd.write_rows_json(args.out, "decode-variants-fp16" if args.fp16 else "decode-variants", rows)
 
 
 if __name__ == "__main__":

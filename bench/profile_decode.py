@@ -6,7 +6,8 @@ choice: decode_stage1_v2 for INT8 and fp16 stores at d = 128), for Nsight Comput
     ncu --import decode-v2.ncu-rep --print-details all          # the sections
     ncu --import decode-v2.ncu-rep --page source --csv --print-source sass   # stalls per instruction
 
-Pass ``--v1`` to profile the general kernel (decode_stage1) on the same shapes instead.
+Pass ``--v1`` to profile the general kernel (decode_stage1) on the same shapes instead, ``--fp16``
+for the fp16-store launch alone, ``--shape HQ/HKV`` for other head counts (e.g. ``28/4``).
 """
 
 import sys
@@ -18,14 +19,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode import Fp16Case, Int8Case  # noqa: E402
 
 stage1 = "v1" if "--v1" in sys.argv else "auto"
-int8 = Int8Case(8, 32, 8, 32768, 16, 1)
-for cert in (True, False):
-    p = int8.plans(8, cert, stage1=stage1)[0]
-    p.launch()
-    cp.cuda.Device().synchronize()
-    print(f"int8 {p.kernel_name} cert={cert}", flush=True)
-int8 = None
-f16 = Fp16Case(8, 32, 8, 32768, 16, 1)
+hq, hkv = (int(x) for x in sys.argv[sys.argv.index("--shape") + 1].split("/")) if "--shape" in sys.argv else (32, 8)
+if "--fp16" not in sys.argv:
+    int8 = Int8Case(8, hq, hkv, 32768, 16, 1)
+    for cert in (True, False):
+        p = int8.plans(8, cert, stage1=stage1)[0]
+        p.launch()
+        cp.cuda.Device().synchronize()
+        print(f"int8 {p.kernel_name} cert={cert}", flush=True)
+    int8 = None
+f16 = Fp16Case(8, hq, hkv, 32768, 16, 1)
 p = f16.plans(stage1=stage1)[0]
 p.launch()
 cp.cuda.Device().synchronize()

@@ -1,5 +1,5 @@
 // cp_async.cuh — asynchronous global → shared copies (sm_80+), shared by the kernels that stage
-// the next tile's codes while computing this one (decode_v2.cu, extend_tc.cu).
+// the next tile's rows while computing this one (decode_v2.cu, decode_f16.cu, extend_tc.cu).
 #pragma once
 #include "common.cuh"
 
@@ -11,6 +11,13 @@ WC_D void cp_async16(void* dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src));
 }
 
+// 16 bytes, or 16 zero bytes when !valid (nothing is read: a row past a split's end lands as zeros,
+// so a product with its zero weight cannot turn a non-finite stored value into NaN)
+WC_D void cp_async16_zfill(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16u : 0u));
+}
+
 WC_D void cp_async8(void* dst, const void* src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_addr(dst)), "l"(src));
 }
@@ -20,6 +27,12 @@ WC_D void cp_async4(void* dst, const void* src) {
 }
 
 WC_D void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+
+// all but this thread's N most recent groups have landed and are visible to it
+template <int N>
+WC_D void cp_async_wait_group() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 // this thread's copies have landed and are visible to it (other threads' need a barrier)
 WC_D void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }

@@ -578,12 +578,19 @@ WC_D void certify_cell(float log_a, float lse, float cmax, double& risk, double&
 // statistics, the terms e^{lse_s − max} of lse and e^{λ_s − max} of log A, and the weights
 // e^{lse_s − lse}.  Only the sums of those terms run serially — in split order, as the CPU twin —
 // over shared memory, and the o loop's loads of o_part are unconditional (an empty split's weight
-// is selected away), so they are issued back to back.  (Before, every thread recomputed every
+// is selected away), so they are issued MG_BATCH at a time.  (Before, every thread recomputed every
 // exponential, and each o_part load sat behind a branch on its split's statistics: a chain of ns
 // dependent L2 round trips, ≈ 15 µs of a 32 µs step at B = 1, 64 splits; run 43.)  With
 // `risk` non-null the CTA also certifies its cell (SPEC §5, certify_cell), so a certified step is
 // two launches, not three.
 #define MG_PAD(ns) (((ns) + 3) & ~3)  // 16-byte aligned arrays
+// o_part loads issued before their sum, per thread.  Batches of 32 were predicted to save the
+// L2 round trips of run 44's ≈ 0.13 µs per split at B = 1, but measured slower than 8 (run 51,
+// bench/decode_variants.py: 33.8 vs 27.3 µs per step at B = 1, 4k; 93.7 vs 87.2 at 32k); 4 and
+// 16 came within 1.6 µs of 8 either way (run 53)
+#ifndef MG_BATCH
+#define MG_BATCH 8
+#endif
 __host__ __device__ constexpr int merge_smem_floats(int ns) { return 3 * MG_PAD(ns) + 4; }
 
 extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const float* __restrict__ lse_part,
@@ -653,10 +660,15 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
         __syncthreads();
         for (int c = tid; c < D; c += nt) {
             float acc = 0.0f;
-#pragma unroll 8
-            for (int s = 0; s < ns; ++s) {
-                const float v = o_part[(r * ns + s) * D + c], w = lp_s[s];
-                acc = w >= 0.0f ? acc + w * v : acc;
+            for (int s0 = 0; s0 < ns; s0 += MG_BATCH) {  // MG_BATCH loads in flight, then their sum
+                float v[MG_BATCH];
+#pragma unroll
+                for (int i = 0; i < MG_BATCH; ++i) v[i] = s0 + i < ns ? o_part[(r * ns + s0 + i) * D + c] : 0.0f;
+#pragma unroll
+                for (int i = 0; i < MG_BATCH; ++i) {
+                    const float w = s0 + i < ns ? lp_s[s0 + i] : -1.0f;
+                    acc = w >= 0.0f ? acc + w * v[i] : acc;
+                }
             }
             o[r * D + c] = acc;
         }

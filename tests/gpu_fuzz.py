@@ -13,6 +13,7 @@ import cupy as cp
 import numpy as np
 
 import witcert_cupy as wc
+from witcert_cupy import _cuda
 
 cp.cuda.set_allocator(None)
 cp.cuda.set_pinned_memory_allocator(None)
@@ -24,12 +25,15 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
         cfg = wc.QuantConfig(128, witness_bands=16, dither_bits=bits, outlier_pairs=np.array([[[1, 40]] * 2]))
         return wc.KVPool(1, 2, 128, 64, 16, cfg, backend="cuda", keep_exact=True)
 
-    # INT8 at each dither resolution and fp16 stores take turns
-    pools = [int8(8), wc.Fp16Pool(1, 2, 128, 64, 16, witness_bands=16, keep_exact=True, backend="cuda"),
-             int8(16), int8(24)]
+    def fp16(bands):
+        return wc.Fp16Pool(1, 2, 128, 64, 16, witness_bands=bands, keep_exact=True, backend="cuda")
+
+    # INT8 at each dither resolution and fp16 stores (witness rows of 32 and 4 bytes) take turns
+    pools = [int8(8), fp16(16), int8(16), fp16(2), int8(24)]
     n_good = n_bad = 0
     for it in range(iters):
         pool = pools[it % len(pools)]
+        _cuda.F16_WARPS = 1 + (it // len(pools)) % 2  # fp16 stores: both CTA shapes of decode_stage1_f16
         cert = wc.CertConfig(tier="A" if isinstance(pool, wc.Fp16Pool) else "AB")
         # writes with arbitrary slots: out-of-range ones must be dropped, not written
         n = int(rng.integers(1, 40))
@@ -56,12 +60,16 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
             indptr[-1] += 1000
         G = int(rng.choice([1, 4, 7]))
         q = cp.asarray(rng.standard_normal((B, 2 * G, 128)).astype(np.float32))
-        r = wc.decode_attention(q, pool, layer=0, kv_indptr=cp.asarray(indptr), kv_indices=cp.asarray(indices),
-                                kv_last_page_len=cp.asarray(last), cert=cert,
-                                num_splits=int(rng.integers(1, 9)))
+        ns = int(rng.integers(1, 9))
+        args = dict(layer=0, kv_indptr=cp.asarray(indptr), kv_indices=cp.asarray(indices),
+                    kv_last_page_len=cp.asarray(last), num_splits=ns)
+        r = wc.decode_attention(q, pool, cert=cert, **args)
         o = r.o.get()
         risk = r.risk.get()
+        # the uncertified launch (its own instantiation for fp16 stores) on the same table
+        o_plain = wc.decode_attention(q, pool, **args).o.get()
         cp.cuda.Device().synchronize()
+        assert np.array_equal(np.isnan(o_plain), np.isnan(o)), it
         if indptr[-1] == len(indices):
             for b in range(B):
                 if bad[b]:

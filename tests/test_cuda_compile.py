@@ -43,6 +43,11 @@ def test_compiles_for_sm90_without_spills_or_warnings(name, tmp_path):
         for g in range(1, 9):
             for bits in (0, 8, 16, 24):  # fp16 stores, INT8 at each dither resolution
                 assert any(f"decode_stage1_v2ILi{g}ELi{bits}EE" in e for e in entries), (g, bits)
+    if name == "decode_f16.cu":  # (G, warps, certified)
+        for g in range(1, 9):
+            for w in (1, 2):
+                for c in (0, 1):
+                    assert any(f"decode_stage1_f16ILi{g}ELi{w}ELb{c}EEv" in e for e in entries), (g, w, c)
     if name == "extend_tc.cu":
         for g in range(1, 9):
             assert any(f"extend_tc_stage1ILi{g}EEv" in e for e in entries), g
@@ -79,6 +84,17 @@ def test_philox_header_host_known_answers(tmp_path):
 def test_launch_layer_block_size_is_the_kernel_s():
     src = (_cuda.kernel_dir() / "decode_v2.cu").read_text()
     assert int(re.search(r"#define V2_THREADS (\d+)", src).group(1)) == _cuda.V2_THREADS
+    src = (_cuda.kernel_dir() / "decode_f16.cu").read_text()
+    assert "__launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_stage1_f16(" in src
+    assert _cuda.F16_WARPS in (1, 2)
+
+
+def test_f16_shared_memory_formula_is_the_kernel_s():
+    src = (_cuda.kernel_dir() / "decode_f16.cu").read_text()
+    assert "return tier_a ? F16_TILE * NB * 2 + G * NB * 4 : 0;" in src
+    assert "#define F16_TILE 32" in src
+    assert [_cuda.f16_smem_bytes(g, nb, a) for g, nb, a in ((4, 16, 1), (7, 64, 1), (1, 1, 1), (8, 16, 0))] == \
+        [1280, 5888, 68, 0]
 
 
 def test_source_hash_tracks_every_file():
@@ -99,6 +115,8 @@ def test_compiles_with_nvrtc_as_cupy_does(name):
         src += "\nWC_INST1(128, 4, false)\n"
     if name == "decode_v2.cu":
         src += "\nWC_V2_INST(4)\nWC_V2_INST1(8, 0)\n"
+    if name == "decode_f16.cu":
+        src += "\nWC_F16_INST(4, 2, false)\nWC_F16_INST(7, 2, true)\nWC_F16_INST(7, 1, false)\n"
     ok, log = compile_nvrtc(src, name, ["-arch=sm_90", "-ftz=true", *_cuda.options()])
     assert ok, log
     assert "warning" not in log.lower(), log

@@ -179,3 +179,13 @@ def test_gpu_default_split_count_fills_one_wave_of_resident_ctas():
     assert splits(512, 8, 6) == 1  # more rows than resident CTAs: one split each
     assert splits(1, 8, 6, pages=5) == 5  # never more splits than pages
     assert splits(8, 8, 4) == 8  # the residency counts: 4 resident per SM get 8 splits, 6 get 12
+
+    def f16_splits(batch, hkv, tokens, ctas=10, sms=132):
+        dev = types.SimpleNamespace(num_sms=sms, pool=types.SimpleNamespace(num_kv_heads=hkv, num_pages=1 << 20))
+        return _cuda._DeviceBase.default_num_splits(dev, batch, ctas, max_splits=128, tokens=tokens)
+
+    # the one-warp fp16 kernel's rule (run 56): up to 128 splits, each of at least 64 tokens
+    assert f16_splits(1, 4, 32768) == 128 and f16_splits(1, 8, 32768) == 128
+    assert f16_splits(1, 4, 4096) == 64 and f16_splits(1, 8, 4096) == 64
+    assert f16_splits(8, 4, 32768) == 41  # one wave: 1320 // 32
+    assert f16_splits(1, 8, 40) == 1  # a short request: one split

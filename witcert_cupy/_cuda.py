@@ -116,12 +116,25 @@ def kernel(filename: str, name: str, template: str | None = None):
 V2_THREADS = 64
 
 
+# warps per CTA of decode_stage1_f16<G, W, CERT> (cuda/decode_f16.cu): one.  Two warps splitting
+# each row's channels measured 0–4% slower (run 54, bench/NOTES.md session 8); ``bench/
+# decode_variants.py --fp16 F16_WARPS=2`` compares them, and the GPU tests run both.
+F16_WARPS = 1
+
+
+def f16_smem_bytes(G, num_bands, tier_a):
+    """decode_stage1_f16's dynamic shared memory in bytes (cuda/decode_f16.cu, ``f16_smem_bytes``):
+    with a Tier-A certificate the tile's 32 witness rows (fp16) and the heads' band norms (fp32)."""
+    return 32 * num_bands * 2 + G * num_bands * 4 if tier_a else 0
+
+
 @functools.lru_cache(maxsize=None)
-def _resident_ctas(func, block):
-    """CTAs of ``func`` resident per SM at ``block`` threads (registers and static shared memory)."""
+def _resident_ctas(func, block, smem=0):
+    """CTAs of ``func`` resident per SM at ``block`` threads and ``smem`` bytes of dynamic shared
+    memory (with its registers and static shared memory)."""
     import cupy as cp
 
-    return int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(func.kernel.ptr, block, 0))
+    return int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(func.kernel.ptr, block, smem))
 
 
 def merge_smem_floats(ns):
@@ -384,16 +397,22 @@ class _DeviceBase:
                                     _i32(p.num_kv_heads), _i32(p.num_pages + 1), p.tier_map_dev[layer]))
 
 
-    def default_num_splits(self, batch, ctas_per_sm=4):
+    def default_num_splits(self, batch, ctas_per_sm=4, max_splits=64, tokens=None, min_tokens=64):
         """One wave of resident CTAs (``ctas_per_sm`` per SM, the stage-1 kernel's occupancy) over
-        batch × kv heads, at most 64 splits; splits beyond a request's pages exit at once.  Chosen
+        batch × kv heads, at most ``max_splits``; splits beyond a request's pages exit at once.  Chosen
         without reading the page table (that would synchronise the host).  Measured
         (``bench/decode.py --splits``, bench/NOTES.md session 6): one wave beats two at every
         small-batch shape; a wave counted at 4 CTAs per SM left the 6-per-SM kernel at 0.73 waves
         (Nsight Compute, run 36); at batch 1 the best count was 32–64 at 4k–32k tokens (more splits
-        cost more set-up and merge than they add parallelism)."""
+        cost more set-up and merge than they add parallelism).  ``tokens`` (the mean tokens per
+        request, from the page table's shape) keeps at least ``min_tokens`` per split: the one-warp
+        fp16 kernel takes ``max_splits=128`` (run 56: 128 splits at batch 1, 28/4, 32k, 55 µs against
+        75 at 64; at 4k, 64 splits 22–24 µs against 27–28 at 128)."""
         target = max(1, ctas_per_sm) * self.num_sms
-        return int(max(1, min(64, target // max(1, batch * self.pool.num_kv_heads), self.pool.num_pages)))
+        ns = min(max_splits, target // max(1, batch * self.pool.num_kv_heads), self.pool.num_pages)
+        if tokens is not None:
+            ns = min(ns, tokens // min_tokens)
+        return int(max(1, ns))
 
     def plan(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits, unroll=0,
              max_pages=0, telemetry=None, stage1="auto"):
@@ -401,9 +420,9 @@ class _DeviceBase:
 
         ``unroll`` (tokens per lane group per step; 0 = default) exists for the benchmark sweep.
         ``max_pages > 0`` asks for per-page contributions of each request's first ``max_pages`` pages.
-        ``stage1``: ``'auto'`` (the staged-tile ``decode_stage1_v2`` where it applies, else
-        ``decode_stage1``), or ``'v1'`` / ``'v2'`` to force one (benchmarks; ``'v2'`` raises where
-        it does not apply)."""
+        ``stage1``: ``'auto'`` (``decode_stage1_f16`` for fp16 stores and the staged-tile
+        ``decode_stage1_v2`` for INT8 where they apply, else ``decode_stage1``), or ``'v1'``, ``'v2'``
+        or ``'f16'`` to force one (benchmarks; ``'v2'`` and ``'f16'`` raise where they do not apply)."""
         p = self.pool
         B, Hq, d = q.shape
         G = Hq // p.num_kv_heads
@@ -496,20 +515,39 @@ class DecodePlan:
         # decode_stage1 serves everything
         v2_ok = ((dev.fp16_store or bits in (8, 16, 24)) and d == 128 and p.tier_map_dev is None and P == 0
                  and unroll == 0 and 128 // gs <= 8 and gs & (gs - 1) == 0 and dev.num_bands <= 64)
-        if stage1 not in ("auto", "v1", "v2"):
-            raise ValueError(f"stage1 must be 'auto', 'v1' or 'v2', got {stage1!r}")
+        # fp16 stores: the one-warp pipelined kernel (decode_f16.cu) under the same conditions
+        f16_ok = dev.fp16_store and v2_ok
+        if stage1 not in ("auto", "v1", "v2", "f16"):
+            raise ValueError(f"stage1 must be 'auto', 'v1', 'v2' or 'f16', got {stage1!r}")
         if stage1 == "v2" and not v2_ok:
             raise ValueError("decode_stage1_v2 serves d=128 pools (INT8 or fp16 stores) with no exact tier and "
                              "no page contributions")
-        self.kernel_name = "v2" if v2_ok and stage1 != "v1" else "v1"
-        self.block1 = V2_THREADS if self.kernel_name == "v2" else 128
-        if self.kernel_name == "v2":  # the second template argument: dither bits, 0 for fp16 rows
+        if stage1 == "f16" and not f16_ok:
+            raise ValueError("decode_stage1_f16 serves d=128 fp16 stores with no page contributions")
+        if stage1 == "auto":
+            stage1 = "f16" if f16_ok else ("v2" if v2_ok else "v1")
+        self.kernel_name = stage1
+        self.block1 = {"v2": V2_THREADS, "f16": 32 * F16_WARPS}.get(stage1, 128)
+        self.smem1 = 0  # dynamic shared memory of stage 1
+        if stage1 == "f16":  # the certified instantiation keeps λ's sums; the other has none
+            certified = "true" if cert is not None else "false"
+            self.stage1 = kernel("decode_f16.cu", None, f"decode_stage1_f16<{G}, {F16_WARPS}, {certified}>")
+            self.smem1 = f16_smem_bytes(G, dev.num_bands, cert_mod.tier_code(cert) & 1)
+        elif stage1 == "v2":  # the second template argument: dither bits, 0 for fp16 rows
             self.stage1 = kernel("decode_v2.cu", None, f"decode_stage1_v2<{G}, {0 if dev.fp16_store else bits}>")
         else:
             fp16 = "true" if dev.fp16_store else "false"
             self.stage1 = kernel("decode.cu", None, f"decode_stage1<{d}, {G}, {fp16}, {unroll}>")
-        # the default split count: one wave of this kernel's resident CTAs
-        self.ns = ns = ns or dev.default_num_splits(B, _resident_ctas(self.stage1, self.block1))
+        # the default split count: one wave of this kernel's resident CTAs (the one-warp fp16 kernel:
+        # up to 128 splits of at least 64 tokens, the mean request's length from the table's shape)
+        if not ns:
+            resident = _resident_ctas(self.stage1, self.block1, self.smem1)
+            if stage1 == "f16":
+                ns = dev.default_num_splits(B, resident, max_splits=128,
+                                            tokens=self.ix.shape[0] * p.page_size // max(1, B))
+            else:
+                ns = dev.default_num_splits(B, resident)
+        self.ns = ns
         self.o_part = cp.empty((B, Hq, ns, d), cp.float32)
         self.lse_part = cp.empty((B, Hq, ns), cp.float32)
         self.lam_part = cp.empty((B, Hq, ns), cp.float32)
@@ -517,7 +555,12 @@ class DecodePlan:
         self.grid1 = (ns, p.num_kv_heads, B)
         common = (self.q, data, scales, outl, wit, bypass, dev.band_ch, self.ip, self.ix, self.ll, self.o_part,
                   self.lse_part, self.lam_part, self.cmax_part)
-        if self.kernel_name == "v2":
+        if self.kernel_name == "f16":
+            self.args1 = (self.q, data, wit, dev.band_ch, self.ip, self.ix, self.ll, self.o_part, self.lse_part,
+                          self.lam_part, self.cmax_part, np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer),
+                          _i32(dev.num_bands), _i32(int(math.log2(p.page_size))), _i32(p.num_pages),
+                          _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)), np.float32(sm_scale))
+        elif self.kernel_name == "v2":
             self.args1 = (*common, np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset),
                           _i32(gs.bit_length() - 1), _i32(bypass.shape[-1]), _i32(dev.num_bands), _i32(int(math.log2(p.page_size))),
                           _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)),
@@ -549,7 +592,7 @@ class DecodePlan:
         B, Hq, d = self.shape
         if B == 0:
             return
-        self.stage1(self.grid1, (self.block1,), self.args1)
+        self.stage1(self.grid1, (self.block1,), self.args1, shared_mem=self.smem1)
         if self.cert is None or self.telemetry is None:
             self.merge()  # (and the certificate, when certified)
             return

@@ -1,0 +1,449 @@
+// decode_f16.cu — stage 1 of the split-KV decode over a pool of fp16 rows (Fp16Pool: an fp16 KV
+// cache, or what a black-box scheme reconstructs, with a Tier-A witness; issue 5), d = 128.  Same
+// contract, inputs and outputs as decode_stage1 (decode.cu) and decode_stage1_v2<G, 0>
+// (decode_v2.cu) on such a pool: fp32 dot products of the fp32 query with the stored values
+// converted exactly to fp32 (SPEC §6), Tier-A c_t (SPEC §4), λ and cmax per split.
+//
+// decode_stage1_f16<G, W, CERT>: grid (num_splits, Hkv, B), block W warps serving the kv head's G
+// query heads (CERT: the certified instantiation, tier != 0; the other carries no λ state); warp w
+// owns channels [w·128/W, (w + 1)·128/W) of every K and V row of the split.  Its
+// 32-token tiles go through a two-group cp.async pipeline per side, private to the warp:
+//   K(i) [+ the witness rows] lands → lane = token: the G partial dot products over the warp's
+//        channels; with W = 2 the two halves meet through shared memory (one barrier per tile) and
+//        both warps run the same online softmax on the same logits; the last warp forms c_t and λ;
+//        → K(i+1) is issued into the freed buffer;
+//   V(i) lands → lane = 128/(32·W) of the warp's output channels: o += P·V̂ in token order
+//        → V(i+1) is issued.
+// So each side's next rows load under the other side's arithmetic.
+// Why (bench/NOTES.md, session 8): the staged-tile kernel serves fp16 rows with the INT8 layout
+// (one warp per side, two CTA barriers per tile, the fp16 rows read synchronously from global
+// memory and V̂ re-staged as fp32): 2.1 TB/s at B = 8, 32k, where SDPA moves the same bytes at
+// 4.3 TB/s.  An fp16 row needs no dequantization: the work is the 2·G·128 FMAs per token, and the
+// kernel has to keep bytes in flight and warps issuing.  W = 1 (the library's choice) runs at
+// 0.97–1.16× SDPA at G = 4 and 1.3–1.55× at G = 7 (run 51); there Nsight Compute (run 53) showed 2.45
+// warps per scheduler (shared memory: 10 CTAs per SM) issuing 0.65 per cycle.  W = 2 shares one
+// tile's buffers between two warps (16 warps per SM instead of 10) but measured 0–4% slower
+// (run 54): fewer bytes in flight per SM (8 CTAs' buffers instead of 10), a barrier and a second
+// softmax per tile.
+// Sum orders: token order per output channel, band order in c_t; q·k in channel order per warp,
+// the W partial sums then added (W = 1: the channel order of decode_stage1_v2<G, 0>); the softmax
+// sum tile by tile (each tile's 32 terms by a warp reduction).
+// Never reads out of bounds: page ids outside the pool, an inconsistent kv_indptr or a bad
+// last-page length poison the split (NaN output, infinite certificate), as in decode_stage1; a
+// token past the split's end stages zeros (its row is not read; the witness row of slot 0 is).
+#include "common.cuh"
+#include "cp_async.cuh"
+
+#define F16_TILE 32
+#define F16_D 128
+#define F16_LOG2E 1.4426950408889634f
+#define F16_LN2 0.6931471805599453f
+
+// dynamic shared memory in bytes: with a Tier-A certificate, the tile's K witness rows (u16
+// [32][NB]) and the heads' band norms (float [G][NB]); nothing otherwise
+__host__ __device__ constexpr int f16_smem_bytes(int G, int NB, bool tier_a) {
+    return tier_a ? F16_TILE * NB * 2 + G * NB * 4 : 0;
+}
+
+__device__ __forceinline__ float f16_warp_max(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+__device__ __forceinline__ float f16_warp_sum(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// the fp16 values of a 32-bit word, exactly, as fp32 (ptxas converts each half in place)
+__device__ __forceinline__ void f16_pair(u32 w, float& lo, float& hi) {
+    lo = f16_to_f32((u16)(w & 0xFFFFu));
+    hi = f16_to_f32((u16)(w >> 16));
+}
+
+// Σ_b a_{g,b} w_{t,b} per head in band order (SPEC §4, Tier A) from a staged witness row of NB
+// bands, NB a compile-time constant so that every access has a known width and bound (eight
+// bands per step: a whole unroll of 64 bands costs registers the P·V loop needs)
+template <int NB, int G>
+__device__ __forceinline__ void f16_tier_a(const u16* __restrict__ wr, const float* __restrict__ a_band,
+                                           float (&ca)[G]) {
+    constexpr int UB = NB < 8 ? NB : 8;
+#pragma unroll (UB)
+    for (int bb = 0; bb < NB; ++bb) {
+        const float wv = f16_to_f32(wr[bb]);
+#pragma unroll
+        for (int g = 0; g < G; ++g) ca[g] += a_band[g * NB + bb] * wv;
+    }
+}
+
+// 8-channel q·k steps unrolled: four measured best at W = 1, G = 7 (run 53: two and eight were
+// 1–4% slower)
+#ifndef F16_KU
+#define F16_KU(W) ((W) == 1 ? 4 : 2)
+#endif
+
+#ifndef F16_PU
+#define F16_PU(W) ((W) == 1 ? 2 : 1)
+#endif
+
+// CTAs per SM the register budget is set for.  The register file is four quadrants, one per
+// scheduler, so n warps per SM allow 16384 / (⌈n/4⌉·32) registers a thread.  Without a
+// certificate: W = 2, 8 CTAs (16 warps, 128 registers; shared memory allows 8–10); W = 1, 10 (168).
+// With one, λ's per-lane running sums (3·G registers) spill under those caps from G = 6 or 7 up
+// (ptxas, CUDA 13.0): W = 2 takes 6 CTAs up to G = 6 (168), else 4 (255); W = 1 no cap.
+__host__ __device__ constexpr int f16_min_blocks(int G, int W, bool cert) {
+    return cert ? (W == 1 ? 1 : (G <= 6 ? 6 : 4)) : (W == 1 ? 10 : 8);
+}
+
+template <int G, int W, bool CERT>
+__global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_stage1_f16(
+    const float* __restrict__ q, const u16* __restrict__ vals, const u16* __restrict__ wit,
+    const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
+    const int* __restrict__ kv_last_page_len, float* __restrict__ o_part, float* __restrict__ lse_part,
+    float* __restrict__ lam_part, float* __restrict__ cmax_part, i64 N, int H, int layer, int NB, int page_shift,
+    int num_pages, int nnz, int num_splits, int tier, float sm) {
+    static_assert(W == 1 || W == 2, "W: one warp, or two splitting the channels");
+    constexpr int D = F16_D;
+    constexpr int CH = D / W;        // channels of a row per warp
+    constexpr int CPL = CH / 32;     // output channels per lane in P·V (4 or 2)
+    constexpr int KP = CH / 2 + 4;   // words per staged K row: a quarter-warp's 16-byte reads of 8
+                                     // rows (lane = token) fall on distinct banks
+    constexpr int VP = CH / 2;       // V is read a row at a time (lane = channels): no padding
+    constexpr int NCH = CH / 8;      // 16-byte pieces of a row's CH channels
+    constexpr int RPI = 32 / NCH;    // rows per staging instruction
+    constexpr int CW = W - 1;        // the warp that forms the certificate
+    constexpr int KU = F16_KU(W);    // 8-channel q·k steps unrolled (the pragma takes no macros)
+    constexpr int PU = F16_PU(W);    // 4-token P·V steps unrolled
+    constexpr u32 FULL = 0xffffffffu;
+    __shared__ __align__(16) float q_s[G][D];
+    __shared__ __align__(16) u32 kt[W][F16_TILE][KP];
+    __shared__ __align__(16) u32 vt[W][F16_TILE][VP];
+    __shared__ __align__(16) float P[W][G][F16_TILE];  // each warp's copy of the same probabilities
+    __shared__ float xd[W == 1 ? 1 : 2 * W * G * F16_TILE];  // partial dot products, by tile parity
+    extern __shared__ __align__(16) u16 f16_dyn[];  // f16_smem_bytes: witness rows, then band norms
+    u16* wt = f16_dyn;                                                  // [32][NB]
+    float* a_band = reinterpret_cast<float*>(f16_dyn + F16_TILE * NB);  // [G][NB]: sm·||q_g|| per band
+
+    const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int Hq = H * G;
+    const float sm2 = sm * F16_LOG2E;
+    // CERT: the certified instantiation (tier != 0); an Fp16Pool has no Tier B: any tier without A
+    // gives c_t = +inf
+    const bool tier_a = CERT && (tier & 1) != 0;
+    const bool certifier = warp == CW;
+
+    // ---- the split's token range, every page-table value checked before use (as decode_stage1)
+    const RequestPages rp = request_pages(kv_indptr, kv_last_page_len, b, nnz, page_shift);
+    const int p0 = rp.p0, npages = rp.npages;
+    const i64 S = rp.S;
+    bool poisoned = rp.poisoned;
+    const int pps = (npages + num_splits - 1) / num_splits;
+    const int pa = min(s * pps, npages), pb = min(pa + pps, npages);
+    const i64 ta = (i64)pa << page_shift;
+    const i64 tb = poisoned ? ta : min((i64)pb << page_shift, S);
+
+    // o channels warp·CH + CPL·lane + j per head; the softmax maximum m (log2 units) and sum l,
+    // both warp-uniform and the same in every warp; the certifier's λ running maximum m2 and sum
+    // l2 over the lane's tokens, and cmax
+    float acc[G][CPL], m[G], l[G], m2[G], l2[G], cmx[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+#pragma unroll
+        for (int j = 0; j < CPL; ++j) acc[g][j] = 0.0f;
+        m[g] = m2[g] = -INFINITY;
+        l[g] = l2[g] = 0.0f;
+        cmx[g] = 0.0f;
+    }
+
+    if (ta < tb) {  // CTA-uniform: an empty split goes straight to its outputs
+        auto page_of = [&](i64 t0n) {
+            const i64 tok = t0n + lane;
+            return tok < tb ? kv_indices[p0 + (int)(tok >> page_shift)] : 0;
+        };
+        // lane = token of a tile: its slot, or -1 past the split's end or for a page id outside
+        // the pool (which poisons the split and reads nothing); every warp reads the same
+        auto slot_at = [&](i64 t0n, int page) {
+            const i64 tok = t0n + lane;
+            const i64 sl = tok < tb ? slot_of(page, tok, page_shift, num_pages) : (i64)-1;
+            if (tok < tb && sl < 0) poisoned = true;
+            return sl;
+        };
+        const i64 kbase = ((i64)layer * 2 * H + h) * N;  // row of slot 0, K side
+        const i64 vbase = kbase + (i64)H * N;             // and V side
+        const int c0 = warp * CH;                         // the warp's first channel
+        // a tile's rows of one side, the warp's CH channels of each: NCH lanes copy one row's part
+        // (16 bytes each, the row's slot by shuffle), RPI rows per instruction, coalesced; rows of
+        // tokens past the end land as zeros (`vmask`: bit r = row r is a token).
+        auto stage = [&](u32* d0, int pitch, i64 base, u32 slot_, u32 vmask) {
+#pragma unroll
+            for (int i = 0; i < F16_TILE / RPI; ++i) {
+                const int r = RPI * i + lane / NCH, c = lane % NCH;
+                const i64 row = base + __shfl_sync(FULL, slot_, r);
+                cp_async16_zfill(d0 + r * pitch + 4 * c, vals + row * D + c0 + 8 * c, (vmask >> r) & 1u);
+            }
+        };
+        // the K side (one commit group), and for the certifier with a Tier-A certificate each
+        // lane's own witness row (2·NB bytes, aligned to its size: NB divides 64)
+        auto stage_k = [&](u32 slot_, u32 vmask) {
+            stage(&kt[warp][0][0], KP, kbase, slot_, vmask);
+            if (certifier && tier_a) {
+                const u16* wr = wit + (kbase + slot_) * NB;
+                u16* wd = wt + lane * NB;
+                if (NB >= 8) {
+                    for (int j = 0; j < NB; j += 8) cp_async16(wd + j, wr + j);
+                } else if (NB == 4) {
+                    cp_async8(wd, wr);
+                } else if (NB == 2) {
+                    cp_async4(wd, wr);
+                } else if (NB == 1) {
+                    wd[0] = wr[0];
+                }
+            }
+            cp_async_commit();
+        };
+        auto stage_v = [&](u32 slot_, u32 vmask) {
+            stage(&vt[warp][0][0], VP, vbase, slot_, vmask);
+            cp_async_commit();
+        };
+
+        int pg = page_of(ta);
+        i64 sl = slot_at(ta, pg);
+        {
+            const u32 vm = __ballot_sync(FULL, sl >= 0);
+            stage_k(sl < 0 ? 0u : (u32)sl, vm);  // the first tile loads during the set-up below
+            stage_v(sl < 0 ? 0u : (u32)sl, vm);
+        }
+        pg = page_of(ta + F16_TILE);
+
+        // ---- per query head: the query, and the Tier-A band norms
+        for (int idx = threadIdx.x; idx < G * D / 4; idx += 32 * W)
+            reinterpret_cast<float4*>(&q_s[0][0])[idx] =
+                reinterpret_cast<const float4*>(q + ((i64)b * Hq + (i64)h * G) * D)[idx];
+        __syncthreads();
+        if (tier_a) {
+            const int per = D / NB;
+            for (int idx = threadIdx.x; idx < G * NB; idx += 32 * W) {
+                const int g = idx / NB, bb = idx % NB;
+                float acc2 = 0.0f;
+                for (int j = 0; j < per; ++j) {
+                    const float v = q_s[g][band_ch[bb * per + j]];
+                    acc2 += v * v;
+                }
+                a_band[g * NB + bb] = sm * sqrtf(acc2);
+            }
+            __syncthreads();
+        }
+
+        int par = 0;  // tile parity: the partial dot products' buffer (W = 2)
+        for (i64 t0 = ta; t0 < tb; t0 += F16_TILE) {
+            const bool valid = sl >= 0;
+            const bool more = t0 + F16_TILE < tb;  // CTA-uniform
+            // the next tile's slots (its page ids were read a tile ahead), and the page ids after it
+            const i64 sln = slot_at(t0 + F16_TILE, pg);
+            pg = page_of(t0 + 2 * F16_TILE);
+            const u32 slotn = sln < 0 ? 0u : (u32)sln;
+            const u32 vmn = __ballot_sync(FULL, sln >= 0);
+
+            // ---- K(i): lane = token, the G dot products over the warp's channels in channel order
+            cp_async_wait_group<1>();  // K(i) and its witness rows; V(i) may still be in flight
+            __syncwarp();              // the lanes that copied this lane's row
+            float dot[G];
+#pragma unroll
+            for (int g = 0; g < G; ++g) dot[g] = 0.0f;
+            const u32* krow = &kt[warp][lane][0];
+#pragma unroll (KU)
+            for (int k = 0; k < CH / 8; ++k) {
+                const uint4 w = *reinterpret_cast<const uint4*>(krow + 4 * k);
+                float x[8];
+                f16_pair(w.x, x[0], x[1]);
+                f16_pair(w.y, x[2], x[3]);
+                f16_pair(w.z, x[4], x[5]);
+                f16_pair(w.w, x[6], x[7]);
+#pragma unroll
+                for (int g = 0; g < G; ++g) {
+                    const float4 qa = *reinterpret_cast<const float4*>(&q_s[g][c0 + 8 * k]);
+                    const float4 qb = *reinterpret_cast<const float4*>(&q_s[g][c0 + 8 * k + 4]);
+                    dot[g] += qa.x * x[0];
+                    dot[g] += qa.y * x[1];
+                    dot[g] += qa.z * x[2];
+                    dot[g] += qa.w * x[3];
+                    dot[g] += qb.x * x[4];
+                    dot[g] += qb.y * x[5];
+                    dot[g] += qb.z * x[6];
+                    dot[g] += qb.w * x[7];
+                }
+            }
+            if constexpr (W == 2) {  // the halves meet: both warps hold dot(half 0) + dot(half 1)
+                float* mine = xd + ((par * W + warp) * G) * F16_TILE;
+                const float* other = xd + ((par * W + (warp ^ 1)) * G) * F16_TILE;
+#pragma unroll
+                for (int g = 0; g < G; ++g) mine[g * F16_TILE + lane] = dot[g];
+                __syncthreads();  // (the other parity's buffer is free: both warps passed this
+                                  // barrier one tile ago, after reading it)
+#pragma unroll
+                for (int g = 0; g < G; ++g) {
+                    const float o = other[g * F16_TILE + lane];
+                    dot[g] = warp == 0 ? dot[g] + o : o + dot[g];  // the same sum in both warps
+                }
+                par ^= 1;
+            }
+            // c_t per head (the certifier): Σ_b a_b w_{t,b} in band order from the staged witness row
+            float ct[G];
+#pragma unroll
+            for (int g = 0; g < G; ++g) ct[g] = INFINITY;
+            if (certifier && tier_a) {
+                float ca[G];
+#pragma unroll
+                for (int g = 0; g < G; ++g) ca[g] = 0.0f;
+                const u16* wr = wt + lane * NB;
+                switch (NB) {
+                    case 64: f16_tier_a<64, G>(wr, a_band, ca); break;
+                    case 32: f16_tier_a<32, G>(wr, a_band, ca); break;
+                    case 16: f16_tier_a<16, G>(wr, a_band, ca); break;
+                    case 8: f16_tier_a<8, G>(wr, a_band, ca); break;
+                    case 4: f16_tier_a<4, G>(wr, a_band, ca); break;
+                    case 2: f16_tier_a<2, G>(wr, a_band, ca); break;
+                    default: f16_tier_a<1, G>(wr, a_band, ca); break;
+                }
+#pragma unroll
+                for (int g = 0; g < G; ++g) {
+                    const float c1 = ca[g] * (float)WC_C_EVAL_SLACK;
+                    ct[g] = c1 <= WC_F32_MAX ? c1 : INFINITY;
+                }
+            }
+            // ---- the tile's softmax (lane = token; the same in every warp) and the certifier's λ
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                const float lt = sm2 * dot[g];  // ℓ̃ in log2 units
+                if (valid && !is_finite32(lt)) poisoned = true;
+                const float mx = f16_warp_max(valid ? lt : -INFINITY);
+                const float mn = fmaxf(m[g], mx);
+                float scg = 1.0f, p = 0.0f;
+                if (mn != -INFINITY) {  // else no valid token yet: nothing to rescale or add
+                    scg = exp2f(m[g] - mn);
+                    p = valid ? exp2f(lt - mn) : 0.0f;
+                }
+                l[g] = l[g] * scg + f16_warp_sum(p);  // (warp-uniform: 7 registers fewer at G = 7)
+                m[g] = mn;
+#pragma unroll
+                for (int j = 0; j < CPL; ++j) acc[g][j] *= scg;  // o's rescale, before this tile's P·V
+                P[warp][g][lane] = p;
+                if (CERT && certifier && tier && valid) {
+                    // λ's sum under its own running maximum, one exponential per token:
+                    // 2^{-|x − m2|} scales either the old sum (a new maximum) or the new term;
+                    // an infinite c_t makes cmax infinite, which is how the end tells λ = +inf
+                    const float c = ct[g];
+                    cmx[g] = fmaxf(cmx[g], c);
+                    if (c != INFINITY) {
+                        const float x = lt + c * F16_LOG2E;
+                        const bool up = x > m2[g];
+                        const float e = exp2f(up ? m2[g] - x : x - m2[g]);
+                        l2[g] = up ? l2[g] * e + 1.0f : l2[g] + e;
+                        m2[g] = up ? x : m2[g];
+                    }
+                }
+            }
+
+            // K(i+1) loads under this tile's P·V (issued after the softmax: the dot products are
+            // dead by then, which keeps W = 2 within 128 registers)
+            __syncwarp();  // every lane is done with this tile's K rows and witness rows
+            if (more) {
+                stage_k(slotn, vmn);
+            } else {
+                cp_async_commit();  // an empty group keeps the wait counts uniform
+            }
+
+            // ---- V(i): lane = output channels c0 + CPL·lane + j, token order
+            cp_async_wait_group<1>();  // V(i); K(i+1) may still be in flight
+            __syncwarp();              // V(i)'s rows and P
+#pragma unroll (PU)
+            for (int t = 0; t < F16_TILE; t += 4) {
+                float v[4][CPL];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const u32* vr = &vt[warp][t + i][lane * CPL / 2];
+                    if constexpr (CPL == 4) {
+                        const uint2 w = *reinterpret_cast<const uint2*>(vr);
+                        f16_pair(w.x, v[i][0], v[i][1]);
+                        f16_pair(w.y, v[i][2], v[i][3]);
+                    } else {
+                        f16_pair(vr[0], v[i][0], v[i][1]);
+                    }
+                }
+#pragma unroll
+                for (int g = 0; g < G; ++g) {
+                    const float4 pp = *reinterpret_cast<const float4*>(&P[warp][g][t]);
+#pragma unroll
+                    for (int j = 0; j < CPL; ++j) {
+                        acc[g][j] += pp.x * v[0][j];
+                        acc[g][j] += pp.y * v[1][j];
+                        acc[g][j] += pp.z * v[2][j];
+                        acc[g][j] += pp.w * v[3][j];
+                    }
+                }
+            }
+            __syncwarp();  // every lane is done with V(i) and P
+            if (more) {
+                stage_v(slotn, vmn);  // V(i+1) loads under the next tile's dot products
+            } else {
+                cp_async_commit();
+            }
+            sl = sln;
+        }
+        cp_async_wait_all();  // nothing in flight at exit (the trailing groups are empty)
+    }
+
+    // ---- outputs: every warp holds the same m, l and poison flag (the same logits, the same page
+    // ids); each writes its channels of o, the certifier the split's statistics
+    poisoned = __any_sync(FULL, poisoned);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const float L = l[g];
+        const i64 o = ((i64)b * Hq + h * G + g) * num_splits + s;
+        float r[CPL];
+#pragma unroll
+        for (int j = 0; j < CPL; ++j) r[j] = poisoned ? NAN : (L == 0.0f ? 0.0f : acc[g][j] / L);
+        float* dst = &o_part[o * D + warp * CH + CPL * lane];
+        if constexpr (CPL == 4) {
+            *reinterpret_cast<float4*>(dst) = make_float4(r[0], r[1], r[2], r[3]);
+        } else {
+            *reinterpret_cast<float2*>(dst) = make_float2(r[0], r[1]);
+        }
+        if (CERT && certifier) {
+            const float M2 = f16_warp_max(m2[g]);
+            const float L2 = f16_warp_sum(m2[g] == -INFINITY ? 0.0f : l2[g] * exp2f(m2[g] - M2));
+            const float CM = f16_warp_max(cmx[g]);
+            if (lane == g) {
+                // back to natural-log units: the maxima were kept in log2 units
+                const float m2e = CM == INFINITY ? INFINITY : M2;
+                store_split_stats(o, poisoned, L, m[g] * F16_LN2 + logf(L),
+                                  m2e == INFINITY ? INFINITY : (L2 > 0.0f ? m2e * F16_LN2 + logf(L2) : -INFINITY),
+                                  CM, lse_part, lam_part, cmax_part);
+            }
+        } else if (!CERT && warp == 0 && lane == g) {  // no certificate: λ = −inf, cmax 0 (as tier 0)
+            store_split_stats(o, poisoned, L, m[g] * F16_LN2 + logf(L), -INFINITY, 0.0f, lse_part, lam_part,
+                              cmax_part);
+        }
+    }
+}
+
+// An explicit instantiation (the offline compile checks in tests/test_cuda_compile.py).
+#define WC_F16_INST(G, W, C)                                                                                   \
+    template __global__ void decode_stage1_f16<G, W, C>(const float*, const u16*, const u16*, const int*,         \
+                                                        const int*, const int*, const int*, float*, float*, float*, \
+                                                        float*, i64, int, int, int, int, int, int, int, int, float);
+#ifdef WITCERT_INSTANTIATE_ALL
+#define WC_F16_INST_W(G) \
+    WC_F16_INST(G, 1, false) WC_F16_INST(G, 1, true) WC_F16_INST(G, 2, false) WC_F16_INST(G, 2, true)
+WC_F16_INST_W(1)
+WC_F16_INST_W(2)
+WC_F16_INST_W(3)
+WC_F16_INST_W(4)
+WC_F16_INST_W(5)
+WC_F16_INST_W(6)
+WC_F16_INST_W(7)
+WC_F16_INST_W(8)
+#endif
