@@ -347,8 +347,8 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
                 }
             }
 
-            // K(i+1) loads under this tile's P·V (issued after the softmax: the dot products are
-            // dead by then, which keeps W = 2 within 128 registers)
+            // K(i+1) loads under this tile's P·V and the next tile's set-up (issued once the
+            // softmax has run)
             __syncwarp();  // every lane is done with this tile's K rows and witness rows
             if (more) {
                 stage_k(slotn, vmn);
