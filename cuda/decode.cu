@@ -29,6 +29,7 @@
 //   merged elsewhere).
 #include "common.cuh"
 #include "philox.cuh"
+#include "cp_async.cuh"
 
 #define DEC_THREADS 128
 #define DEC_WARPS (DEC_THREADS / 32)
@@ -573,7 +574,8 @@ WC_D void certify_cell(float log_a, float lse, float cmax, double& risk, double&
     tv = fmin(fmin(1.0, r), t);
 }
 
-// decode_merge: grid (B·Hq), block min(D, 256), dynamic shared memory merge_smem_floats(ns) floats.
+// decode_merge: grid (B·Hq), block min(D, 256), dynamic shared memory merge_smem_floats(ns) floats,
+// and ns·D more with `pf` (below).
 // Every per-split quantity is formed once, by the thread that owns the split, into shared memory: the
 // statistics, the terms e^{lse_s − max} of lse and e^{λ_s − max} of log A, and the weights
 // e^{lse_s − lse}.  Only the sums of those terms run serially — in split order, as the CPU twin —
@@ -591,21 +593,35 @@ WC_D void certify_cell(float log_a, float lse, float cmax, double& risk, double&
 #ifndef MG_BATCH
 #define MG_BATCH 8
 #endif
+// With `pf` (the host's choice: the rows fit, d % 4 == 0) every o_part row of the cell is copied
+// into shared memory by cp.async at the kernel's start, after the three statistics arrays, so the
+// copies land while the statistics are reduced (run 59: the merge was a chain of dependent global
+// round trips).  MG_PREFETCH=0 ignores `pf` (bench/decode_variants.py).
+#ifndef MG_PREFETCH
+#define MG_PREFETCH 1
+#endif
 __host__ __device__ constexpr int merge_smem_floats(int ns) { return 3 * MG_PAD(ns) + 4; }
 
 extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const float* __restrict__ lse_part,
                                         const float* __restrict__ lam_part, const float* __restrict__ cmax_part,
                                         int ns, int D, float* __restrict__ o, float* __restrict__ lse,
                                         float* __restrict__ log_a, float* __restrict__ cmax, double* __restrict__ risk,
-                                        double* __restrict__ tv_bound) {
+                                        double* __restrict__ tv_bound, int pf) {
     extern __shared__ __align__(16) float mg_s[];
     float* lp_s = mg_s;                 // lse_s, then the weights e^{lse_s − lse} (−1: empty split)
     float* lm_s = mg_s + MG_PAD(ns);    // λ_s, then e^{λ_s − max λ}
     float* ex_s = mg_s + 2 * MG_PAD(ns);  // e^{lse_s − max lse}
+    float* ob_s = mg_s + merge_smem_floats(ns);  // [ns][D]: the cell's o_part rows (pf)
     __shared__ float red[32][3];
     __shared__ int bad_s;
     const i64 r = blockIdx.x;  // (b, hq)
     const int tid = threadIdx.x, nt = blockDim.x;
+    const bool pref = MG_PREFETCH && pf != 0;
+    if (pref) {
+        const float* src = o_part + r * ns * D;
+        for (int i = tid; i < ns * D / 4; i += nt) cp_async16(ob_s + 4 * i, src + 4 * i);
+        cp_async_commit();
+    }
     if (tid == 0) bad_s = 0;
     float mx = -INFINITY, lmx = -INFINITY, cm = 0.0f;
     bool bad = false;
@@ -639,10 +655,12 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
     }
     float L, la;
     if (bad_s) {
+        if (pref) cp_async_wait_all();  // (no copy outlives the CTA)
         for (int c = tid; c < D; c += nt) o[r * D + c] = NAN;
         L = NAN;
         la = INFINITY;
     } else if (mx == -INFINITY) {  // no tokens at all
+        if (pref) cp_async_wait_all();
         for (int c = tid; c < D; c += nt) o[r * D + c] = 0.0f;
         L = -INFINITY;
         la = 0.0f;
@@ -657,13 +675,15 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
         for (int s = 0; s < ns; ++s) tot += ex_s[s];
         L = mx + logf(tot);
         for (int s = tid; s < ns; s += nt) lp_s[s] = lp_s[s] != -INFINITY ? expf(lp_s[s] - L) : -1.0f;
+        if (pref) cp_async_wait_all();  // this thread's copies; the barrier makes everyone's visible
         __syncthreads();
         for (int c = tid; c < D; c += nt) {
             float acc = 0.0f;
             for (int s0 = 0; s0 < ns; s0 += MG_BATCH) {  // MG_BATCH loads in flight, then their sum
                 float v[MG_BATCH];
 #pragma unroll
-                for (int i = 0; i < MG_BATCH; ++i) v[i] = s0 + i < ns ? o_part[(r * ns + s0 + i) * D + c] : 0.0f;
+                for (int i = 0; i < MG_BATCH; ++i)
+                    v[i] = s0 + i >= ns ? 0.0f : (pref ? ob_s[(s0 + i) * D + c] : o_part[(r * ns + s0 + i) * D + c]);
 #pragma unroll
                 for (int i = 0; i < MG_BATCH; ++i) {
                     const float w = s0 + i < ns ? lp_s[s0 + i] : -1.0f;

@@ -143,4 +143,10 @@ def test_merge_shared_memory_formula_is_the_kernel_s():
     assert "#define MG_PAD(ns) (((ns) + 3) & ~3)" in src
     assert "constexpr int merge_smem_floats(int ns) { return 3 * MG_PAD(ns) + 4; }" in src
     assert [_cuda.merge_smem_floats(n) for n in (1, 4, 5, 64, 4096)] == [16, 16, 28, 196, 12292]
+    # the prefetched o_part rows sit right after the statistics, 16-byte aligned
+    assert "float* ob_s = mg_s + merge_smem_floats(ns);" in src
+    assert _cuda.merge_smem_bytes(64, 128) == (4 * (196 + 64 * 128), True)
+    assert _cuda.merge_smem_bytes(128, 128)[1] and not _cuda.merge_smem_bytes(192, 128)[1]
+    assert _cuda.merge_smem_bytes(8, 6) == (4 * _cuda.merge_smem_floats(8), False)  # d % 4 != 0
+    assert _cuda.merge_smem_bytes(4096, 128, prefetch=False) == (4 * 12292, False)
 

@@ -588,6 +588,37 @@ def test_fp16_store_kernel_every_witness_width(bands, W, monkeypatch):
     assert np.all(r.o[1].get() == 0) and np.all(np.isfinite(r.o[2].get()))
 
 
+@pytest.mark.parametrize("ns,d", [(1, 128), (5, 64), (64, 128), (200, 128)])
+def test_merge_prefetch_gives_the_same_bits(ns, d):
+    """decode_merge with the cell's o_part rows copied into shared memory first (the default where
+    they fit) and read from global memory: the same sums in the same order, so the same bits —
+    over normal cells, cells with empty splits, an all-empty cell and a poisoned (NaN) one, with
+    the certificate.  At ns = 200 the default does not prefetch (the rows exceed its budget)."""
+    rng = np.random.default_rng(ns)
+    rows = 6
+    o_part = cp.asarray(rng.standard_normal((rows, ns, d)).astype(np.float32))
+    lse = rng.standard_normal((rows, ns)).astype(np.float32) * 3
+    lam = lse + np.abs(rng.standard_normal((rows, ns))).astype(np.float32) * 0.01
+    cmx = np.abs(rng.standard_normal((rows, ns))).astype(np.float32)
+    lse[1, ::2] = -np.inf  # empty splits
+    lam[1, ::2] = -np.inf
+    lse[2], lam[2], cmx[2] = -np.inf, -np.inf, 0.0  # no tokens at all
+    lse[3, ns // 2] = np.nan  # a poisoned split
+    lam[3, ns // 2] = np.inf
+    parts = (o_part, cp.asarray(lse), cp.asarray(lam), cp.asarray(cmx))
+    out = {}
+    for pf in (True, False):
+        res = (cp.full((rows, d), 7.0, cp.float32), *(cp.full(rows, 7.0, cp.float32) for _ in range(3)),
+               cp.zeros(rows, cp.float64), cp.zeros(rows, cp.float64))
+        _cuda.bind_merge(*parts, *res, prefetch=pf)()
+        out[pf] = [a.get() for a in res]
+    assert _cuda.merge_smem_bytes(ns, d)[1] == (ns <= 128)
+    for a, b in zip(out[True], out[False]):
+        assert np.array_equal(a, b, equal_nan=True)
+    o = out[True][0]
+    assert np.all(np.isnan(o[3])) and np.all(o[2] == 0) and np.all(np.isfinite(o[[0, 1, 4, 5]]))
+
+
 def test_telemetry_on_device_without_host_sync():
     import cupyx
 
