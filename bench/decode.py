@@ -181,6 +181,21 @@ class Fp16Case(Int8Case):
                                     stage1=stage1) for r in range(self.rot)]
 
 
+def pool_case(fp16, B, hq, hkv, ctx, l2, page=PAGE):
+    """Our pool on a shape (Fp16Case or Int8Case), over enough rotated copies to exceed the L2 (512
+    or 272 bytes per token and kv head)."""
+    per_token = 512 if fp16 else 272
+    return (Fp16Case if fp16 else Int8Case)(B, hq, hkv, ctx, page, rotations(B * hkv * ctx * per_token, l2))
+
+
+def sdpa_time(B, hq, hkv, ctx, l2, reps):
+    """torch SDPA fp16's µs per call on a shape (rotated buffers), checked against float64 first."""
+    fns, err, _ = sdpa_case(B, hq, hkv, ctx, rotations(B * hkv * ctx * 2 * 2 * D, l2))
+    assert err < 2e-3, err
+    us, _ = time_torch(fns, reps)
+    return us
+
+
 def sdpa_case(B, hq, hkv, ctx, rot):
     import torch
 
@@ -323,7 +338,7 @@ def sweep(args):
     l2 = l2_bytes()
     rows = []
     for B, hq, hkv, ctx in ((8, 32, 8, 32768), (8, 28, 4, 32768), (1, 32, 8, 32768), (32, 32, 8, 4096)):
-        case = Int8Case(B, hq, hkv, ctx, PAGE, rotations(B * hkv * ctx * 272, l2))
+        case = pool_case(False, B, hq, hkv, ctx, l2)
         for unroll in (1, 2, 4):
             for cert in (True, False):
                 plans = case.plans(8, cert, unroll)
@@ -348,7 +363,7 @@ def split_sweep(args):
         fns, _, _ = sdpa_case(B, hq, hkv, ctx, rotations(B * hkv * ctx * 2 * 2 * D, l2))
         sdpa_us, _ = time_torch(fns, args.reps)
         del fns
-        case = Int8Case(B, hq, hkv, ctx, PAGE, rotations(B * hkv * ctx * 272, l2))
+        case = pool_case(False, B, hq, hkv, ctx, l2)
         pages = ctx // PAGE
         for ns in [None] + [n for n in (2, 4, 8, 16, 32, 64, 128, 256) if n <= pages]:
             plans = case.plans(8, True, num_splits=ns)

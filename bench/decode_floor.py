@@ -124,7 +124,7 @@ def main():
         sdpa_us, _ = bd.time_torch(fns, args.reps)
         del fns
         torch.cuda.empty_cache()
-        case = bd.Int8Case(B, hq, hkv, ctx, bd.PAGE, bd.rotations(B * hkv * ctx * 272, l2))
+        case = bd.pool_case(False, B, hq, hkv, ctx, l2)
         err = case.check(8, True)
         assert err < 1e-4, err
         plans = case.plans(8, True)
@@ -132,7 +132,7 @@ def main():
         kname, ns = plans[0].kernel_name, plans[0].ns
         case = plans = None
         cp.get_default_memory_pool().free_all_blocks()
-        f16 = bd.Fp16Case(B, hq, hkv, ctx, bd.PAGE, bd.rotations(B * hkv * ctx * 512, l2))
+        f16 = bd.pool_case(True, B, hq, hkv, ctx, l2)
         err = f16.check(None, False)
         assert err < 1e-4, err
         f16_plans = f16.plans()

@@ -39,14 +39,8 @@ def main():
     bits, cert = (None, False) if args.fp16 else (8, True)
     for i, (B, hq, hkv, ctx) in enumerate(shapes):
         print(f"[parts] shape {i + 1}/{len(shapes)}: B={B} {hq}/{hkv} ctx={ctx}", file=sys.stderr, flush=True)
-        fns, err, _ = bd.sdpa_case(B, hq, hkv, ctx, bd.rotations(B * hkv * ctx * 2 * 2 * bd.D, l2))
-        assert err < 2e-3, err
-        sdpa_us, _ = bd.time_torch(fns, args.reps)
-        del fns
-        if args.fp16:
-            case = bd.Fp16Case(B, hq, hkv, ctx, bd.PAGE, bd.rotations(B * hkv * ctx * 512, l2))
-        else:
-            case = bd.Int8Case(B, hq, hkv, ctx, bd.PAGE, bd.rotations(B * hkv * ctx * 272, l2))
+        sdpa_us = bd.sdpa_time(B, hq, hkv, ctx, l2, args.reps)
+        case = bd.pool_case(args.fp16, B, hq, hkv, ctx, l2)
         err = case.check(bits, cert)
         assert err < 1e-4, err
         for ns in splits:

@@ -61,16 +61,9 @@ def main():
     else:
         shapes = ((8, 32, 8, 32768), (8, 28, 4, 32768), (1, 32, 8, 32768), (1, 32, 8, 4096))
     for B, hq, hkv, ctx in shapes:
-        fns, err, _ = bd.sdpa_case(B, hq, hkv, ctx, bd.rotations(B * hkv * ctx * 2 * 2 * bd.D, l2))
-        assert err < 2e-3, err
-        sdpa_us, _ = bd.time_torch(fns, args.reps)
-        del fns
-        if args.fp16:
-            case = bd.Fp16Case(B, hq, hkv, ctx, bd.PAGE, bd.rotations(B * hkv * ctx * 512, l2))
-            bits, cert, stage1 = None, False, "f16"
-        else:
-            case = bd.Int8Case(B, hq, hkv, ctx, bd.PAGE, bd.rotations(B * hkv * ctx * 272, l2))
-            bits, cert, stage1 = 8, True, "v2"
+        sdpa_us = bd.sdpa_time(B, hq, hkv, ctx, l2, args.reps)
+        case = bd.pool_case(args.fp16, B, hq, hkv, ctx, l2)
+        bits, cert, stage1 = (None, False, "f16") if args.fp16 else (8, True, "v2")
         for v in args.variants:
             use_variant([d for d in v.split(",") if d])
             err = case.check(bits, cert, stage1)

@@ -142,6 +142,76 @@ WC_D i64 slot_of(int page, i64 tok, int page_shift, int num_pages) {
     return page < 0 || page >= num_pages ? (i64)-1 : ((i64)page << page_shift) + (tok & ((1 << page_shift) - 1));
 }
 
+// Split s of num_splits of a request: the tokens [ta, tb) of its share of whole pages (empty for a
+// poisoned request or a split past its pages).
+struct SplitTokens {
+    i64 ta, tb;
+};
+
+WC_D SplitTokens split_tokens(const RequestPages& rp, int s, int num_splits, int page_shift) {
+    const int pps = (rp.npages + num_splits - 1) / num_splits;
+    const int pa = min(s * pps, rp.npages), pb = min(pa + pps, rp.npages);
+    SplitTokens t;
+    t.ta = (i64)pa << page_shift;
+    t.tb = rp.poisoned ? t.ta : min((i64)pb << page_shift, rp.S);
+    return t;
+}
+
+// The staged decodes' tiles (lane = token t0 + lane of a request, tokens before tb): the token's
+// page id, read from kv_indices (0 past tb) ...
+WC_D int tile_page(const int* kv_indices, int p0, i64 t0, i64 tb, int lane, int page_shift) {
+    const i64 tok = t0 + lane;
+    return tok < tb ? kv_indices[p0 + (int)(tok >> page_shift)] : 0;
+}
+
+// ... and its slot, or -1 past tb or for a page id outside the pool (which sets `poisoned`)
+WC_D i64 tile_slot(i64 t0, i64 tb, int lane, int page, int page_shift, int num_pages, bool& poisoned) {
+    const i64 tok = t0 + lane;
+    const i64 sl = tok < tb ? slot_of(page, tok, page_shift, num_pages) : (i64)-1;
+    if (tok < tb && sl < 0) poisoned = true;
+    return sl;
+}
+
+WC_D float warp_max(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+WC_D float warp_sum(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// acc + q·x over 8 channels, one chain in channel order (q: 16-byte aligned shared memory)
+WC_D float dot8(float acc, const float* q, const float (&x)[8]) {
+    const float4 qa = *reinterpret_cast<const float4*>(q);
+    const float4 qb = *reinterpret_cast<const float4*>(q + 4);
+    acc += qa.x * x[0];
+    acc += qa.y * x[1];
+    acc += qa.z * x[2];
+    acc += qa.w * x[3];
+    acc += qb.x * x[4];
+    acc += qb.y * x[5];
+    acc += qb.z * x[6];
+    acc += qb.w * x[7];
+    return acc;
+}
+
+// One 32-token tile of the staged decodes' online softmax (lane = token, logit `lt` in log2 units,
+// running maximum m before the tile): `mn` the maximum after it, `sc` the rescale of what was summed
+// before, `p` the token's weight (0 past the split's end; 1 and 0 until a token is valid).
+WC_D void softmax_tile_step(float lt, bool valid, float m, float& mn, float& sc, float& p) {
+    const float mx = warp_max(valid ? lt : -INFINITY);
+    mn = fmaxf(m, mx);
+    sc = 1.0f, p = 0.0f;
+    if (mn != -INFINITY) {
+        sc = exp2f(m - mn);
+        p = valid ? exp2f(lt - mn) : 0.0f;
+    }
+}
+
 // Stage-1 split statistics of one (row, split) (SPEC §6): a poisoned split carries NaN lse and an
 // infinite certificate, an empty one −inf and weight 0; otherwise the given natural-log values.
 WC_D void store_split_stats(i64 o, bool poisoned, float L, float lse, float lam, float cmax, float* lse_part,

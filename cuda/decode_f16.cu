@@ -45,18 +45,6 @@ __host__ __device__ constexpr int f16_smem_bytes(int G, int NB, bool tier_a) {
     return tier_a ? F16_TILE * NB * 2 + G * NB * 4 : 0;
 }
 
-__device__ __forceinline__ float f16_warp_max(float v) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-}
-
-__device__ __forceinline__ float f16_warp_sum(float v) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}
-
 // the fp16 values of a 32-bit word, exactly, as fp32 (ptxas converts each half in place)
 __device__ __forceinline__ void f16_pair(u32 w, float& lo, float& hi) {
     lo = f16_to_f32((u16)(w & 0xFFFFu));
@@ -137,13 +125,9 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
 
     // ---- the split's token range, every page-table value checked before use (as decode_stage1)
     const RequestPages rp = request_pages(kv_indptr, kv_last_page_len, b, nnz, page_shift);
-    const int p0 = rp.p0, npages = rp.npages;
-    const i64 S = rp.S;
     bool poisoned = rp.poisoned;
-    const int pps = (npages + num_splits - 1) / num_splits;
-    const int pa = min(s * pps, npages), pb = min(pa + pps, npages);
-    const i64 ta = (i64)pa << page_shift;
-    const i64 tb = poisoned ? ta : min((i64)pb << page_shift, S);
+    const SplitTokens st_ = split_tokens(rp, s, num_splits, page_shift);
+    const i64 ta = st_.ta, tb = st_.tb;
 
     // o channels warp·CH + CPL·lane + j per head; the softmax maximum m (log2 units) and sum l,
     // both warp-uniform and the same in every warp; the certifier's λ running maximum m2 and sum
@@ -159,18 +143,10 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
     }
 
     if (ta < tb) {  // CTA-uniform: an empty split goes straight to its outputs
-        auto page_of = [&](i64 t0n) {
-            const i64 tok = t0n + lane;
-            return tok < tb ? kv_indices[p0 + (int)(tok >> page_shift)] : 0;
-        };
-        // lane = token of a tile: its slot, or -1 past the split's end or for a page id outside
-        // the pool (which poisons the split and reads nothing); every warp reads the same
-        auto slot_at = [&](i64 t0n, int page) {
-            const i64 tok = t0n + lane;
-            const i64 sl = tok < tb ? slot_of(page, tok, page_shift, num_pages) : (i64)-1;
-            if (tok < tb && sl < 0) poisoned = true;
-            return sl;
-        };
+        // lane = token of a tile: its page id and slot (common.cuh: tile_page, tile_slot); every
+        // warp reads the same
+        auto page_of = [&](i64 t0n) { return tile_page(kv_indices, rp.p0, t0n, tb, lane, page_shift); };
+        auto slot_at = [&](i64 t0n, int page) { return tile_slot(t0n, tb, lane, page, page_shift, num_pages, poisoned); };
         const i64 kbase = ((i64)layer * 2 * H + h) * N;  // row of slot 0, K side
         const i64 vbase = kbase + (i64)H * N;             // and V side
         const int c0 = warp * CH;                         // the warp's first channel
@@ -264,16 +240,7 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
                 f16_pair(w.w, x[6], x[7]);
 #pragma unroll
                 for (int g = 0; g < G; ++g) {
-                    const float4 qa = *reinterpret_cast<const float4*>(&q_s[g][c0 + 8 * k]);
-                    const float4 qb = *reinterpret_cast<const float4*>(&q_s[g][c0 + 8 * k + 4]);
-                    dot[g] += qa.x * x[0];
-                    dot[g] += qa.y * x[1];
-                    dot[g] += qa.z * x[2];
-                    dot[g] += qa.w * x[3];
-                    dot[g] += qb.x * x[4];
-                    dot[g] += qb.y * x[5];
-                    dot[g] += qb.z * x[6];
-                    dot[g] += qb.w * x[7];
+                    dot[g] = dot8(dot[g], &q_s[g][c0 + 8 * k], x);
                 }
             }
             if constexpr (W == 2) {  // the halves meet: both warps hold dot(half 0) + dot(half 1)
@@ -319,14 +286,9 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
             for (int g = 0; g < G; ++g) {
                 const float lt = sm2 * dot[g];  // ℓ̃ in log2 units
                 if (valid && !is_finite32(lt)) poisoned = true;
-                const float mx = f16_warp_max(valid ? lt : -INFINITY);
-                const float mn = fmaxf(m[g], mx);
-                float scg = 1.0f, p = 0.0f;
-                if (mn != -INFINITY) {  // else no valid token yet: nothing to rescale or add
-                    scg = exp2f(m[g] - mn);
-                    p = valid ? exp2f(lt - mn) : 0.0f;
-                }
-                l[g] = l[g] * scg + f16_warp_sum(p);  // (warp-uniform: 7 registers fewer at G = 7)
+                float mn, scg, p;
+                softmax_tile_step(lt, valid, m[g], mn, scg, p);
+                l[g] = l[g] * scg + warp_sum(p);  // (warp-uniform: 7 registers fewer at G = 7)
                 m[g] = mn;
 #pragma unroll
                 for (int j = 0; j < CPL; ++j) acc[g][j] *= scg;  // o's rescale, before this tile's P·V
@@ -413,9 +375,9 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
             *reinterpret_cast<float2*>(dst) = make_float2(r[0], r[1]);
         }
         if (CERT && certifier) {
-            const float M2 = f16_warp_max(m2[g]);
-            const float L2 = f16_warp_sum(m2[g] == -INFINITY ? 0.0f : l2[g] * exp2f(m2[g] - M2));
-            const float CM = f16_warp_max(cmx[g]);
+            const float M2 = warp_max(m2[g]);
+            const float L2 = warp_sum(m2[g] == -INFINITY ? 0.0f : l2[g] * exp2f(m2[g] - M2));
+            const float CM = warp_max(cmx[g]);
             if (lane == g) {
                 // back to natural-log units: the maxima were kept in log2 units
                 const float m2e = CM == INFINITY ? INFINITY : M2;

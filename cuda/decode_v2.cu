@@ -150,18 +150,6 @@ __device__ __forceinline__ void v2_token_c(const u16 (&ks)[8], bool valid, int N
     }
 }
 
-__device__ __forceinline__ float v2_warp_max(float v) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-}
-
-__device__ __forceinline__ float v2_warp_sum(float v) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}
-
 // CTAs per SM the register budget is set for (64 threads per CTA; shared memory, 18–35 KB, allows
 // 6–8): the largest count whose cap (65536 / (64·n) registers) ptxas meets without spilling —
 // 8 (128 registers) up to G = 3 and for fp16 rows up to G = 4, else 6 (168); INT8 at G = 8 needs
@@ -209,13 +197,10 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
 
     // ---- the split's token range, every page-table value checked before use (as decode_stage1)
     const RequestPages rp = request_pages(kv_indptr, kv_last_page_len, b, nnz, page_shift);
-    const int p0 = rp.p0, npages = rp.npages;
     const i64 S = rp.S;
     bool poisoned = rp.poisoned;
-    const int pps = (npages + num_splits - 1) / num_splits;
-    const int pa = min(s * pps, npages), pb = min(pa + pps, npages);
-    const i64 ta = (i64)pa << page_shift;
-    const i64 tb = poisoned ? ta : min((i64)pb << page_shift, S);
+    const SplitTokens st_ = split_tokens(rp, s, num_splits, page_shift);
+    const i64 ta = st_.ta, tb = st_.tb;
 
     float acc[G][2];  // channels 2·tid, 2·tid + 1 of o for every head
     // head statistics per lane (its tokens), reduced once after the last tile.  A thread is on one
@@ -240,18 +225,9 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
 
     if (ta < tb) {  // CTA-uniform: an empty split (past its request's pages) goes straight to its outputs
     const bool byp = NP2 > 0;  // outlier channels carry their exact fp16 values (SPEC §3)
-    auto page_of = [&](i64 t0n) {
-        const i64 tok = t0n + lane;
-        return tok < tb ? kv_indices[p0 + (int)(tok >> page_shift)] : 0;
-    };
-    // lane = token of a tile: its slot, or -1 past the split's end or for a page id outside the pool
-    // (which poisons the split and reads nothing)
-    auto slot_at = [&](i64 t0n, int page) {
-        const i64 tok = t0n + lane;
-        const i64 sl = tok < tb ? slot_of(page, tok, page_shift, num_pages) : (i64)-1;
-        if (tok < tb && sl < 0) poisoned = true;
-        return sl;
-    };
+    // lane = token of a tile: its page id and slot (common.cuh: tile_page, tile_slot)
+    auto page_of = [&](i64 t0n) { return tile_page(kv_indices, rp.p0, t0n, tb, lane, page_shift); };
+    auto slot_at = [&](i64 t0n, int page) { return tile_slot(t0n, tb, lane, page, page_shift, num_pages, poisoned); };
     const i64 row_base = (((i64)layer * 2 + side) * H + h) * N;
     const u32 ctr2 = dither_ctr2(layer, h + head_base);
     // INT8: a tile's rows of this warp's side (128 code bytes and NG fp16 scales per token) travel
@@ -345,16 +321,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                     v2_f16x8(src[k], valid, x);
 #pragma unroll
                     for (int g = 0; g < G; ++g) {
-                        const float4 qa = *reinterpret_cast<const float4*>(&q_s[g][8 * k]);
-                        const float4 qb = *reinterpret_cast<const float4*>(&q_s[g][8 * k + 4]);
-                        dot[g] += qa.x * x[0];
-                        dot[g] += qa.y * x[1];
-                        dot[g] += qa.z * x[2];
-                        dot[g] += qa.w * x[3];
-                        dot[g] += qb.x * x[4];
-                        dot[g] += qb.y * x[5];
-                        dot[g] += qb.z * x[6];
-                        dot[g] += qb.w * x[7];
+                        dot[g] = dot8(dot[g], &q_s[g][8 * k], x);
                     }
                 }
             } else {
@@ -395,13 +362,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
             for (int g = 0; g < G; ++g) {
                 const float lt = sm2 * dot[g];  // ℓ̃ in log2 units
                 if (valid && !is_finite32(lt)) poisoned = true;
-                const float mx = v2_warp_max(valid ? lt : -INFINITY);
-                const float mn = fmaxf(m[g], mx);
-                float sc = 1.0f, p = 0.0f;
-                if (mn != -INFINITY) {  // else no valid token yet: nothing to rescale or add
-                    sc = exp2f(m[g] - mn);
-                    p = valid ? exp2f(lt - mn) : 0.0f;
-                }
+                float mn, sc, p;
+                softmax_tile_step(lt, valid, m[g], mn, sc, p);
                 l[g] = l[g] * sc + p;
                 m[g] = mn;
                 P[g][lane] = p;
@@ -505,15 +467,15 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
 #pragma unroll
     for (int g = 0; g < G; ++g) {
         if (side == 0) {  // the softmax statistics
-            const float L = v2_warp_sum(l[g]);
+            const float L = warp_sum(l[g]);
             if (lane == 0) {
                 st[g][0] = m[g];
                 st[g][1] = L;
             }
         } else {  // the certificate's
-            const float M2 = v2_warp_max(m2[g]);
-            const float L2 = v2_warp_sum(m2[g] == -INFINITY ? 0.0f : l2[g] * exp2f(m2[g] - M2));
-            const float CM = v2_warp_max(cmx[g]);
+            const float M2 = warp_max(m2[g]);
+            const float L2 = warp_sum(m2[g] == -INFINITY ? 0.0f : l2[g] * exp2f(m2[g] - M2));
+            const float CM = warp_max(cmx[g]);
             if (lane == 0) {
                 st[g][2] = CM == INFINITY ? INFINITY : M2;
                 st[g][3] = L2;
