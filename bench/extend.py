@@ -119,6 +119,41 @@ def sdpa_cases(args, k16, v16, q):
     return out
 
 
+def use_variant(spec):
+    """Build the extend kernel as variant ``spec``: comma-separated ``NAME=VALUE`` defines added to
+    the library's options, and ``src=PATH`` for another version of ``cuda/extend_tc.cu`` (an earlier
+    commit's, so that two versions are timed in one process).  ``''`` is the shipped kernel."""
+    from witcert_cupy import _cuda
+
+    base_opts = getattr(_cuda, "_bench_base_options", None) or _cuda.options()
+    base_inline = getattr(_cuda, "_bench_base_inline", None) or _cuda.inline_source
+    _cuda._bench_base_options, _cuda._bench_base_inline = base_opts, base_inline
+    extra, src = [], None
+    for item in filter(None, spec.split(",")):
+        if item.startswith("src="):
+            src = Path(item[4:]).read_text()
+        else:
+            extra.append(f"-D{item}")
+    _cuda.options = lambda: base_opts + tuple(extra)
+    if src is None:
+        _cuda.inline_source = base_inline
+    else:
+        def inline(name, _seen=None):
+            if name != "extend_tc.cu":
+                return base_inline(name, _seen)
+            seen = set() if _seen is None else _seen
+
+            def sub(m):
+                if m.group(1) in seen:
+                    return ""
+                seen.add(m.group(1))
+                return base_inline(m.group(1), seen).replace("#pragma once", "")
+
+            return _cuda._INCLUDE.sub(sub, src)
+        _cuda.inline_source = inline
+    _cuda._module.cache_clear()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--new", type=int, default=2048)
@@ -126,6 +161,8 @@ def main(argv=None):
     ap.add_argument("--hq", type=int, default=32)
     ap.add_argument("--hkv", type=int, default=8)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--variant", action="append", default=None,
+                    help="kernel variant (repeatable): NAME=VALUE,... defines or src=PATH; '' is the shipped kernel")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     import cupy as cp
@@ -138,31 +175,32 @@ def main(argv=None):
     pool, k16, v16, pages, slots, q, qo, ip, last = build(args, cp)
     cert = wc.CertConfig(steps=args.new)
     sm = 1.0 / math.sqrt(D)
-    res = wc.extend_attention(q, pool, layer=0, qo_indptr=cp.asarray(qo), kv_indptr=cp.asarray(ip),
-                              kv_indices=pages, kv_last_page_len=cp.asarray(last), cert=cert)
-    assert res.kernel == "extend_tc", res.kernel
-    positions = [0, 1, args.new // 3, args.new // 2 + 5, args.new - 2, args.new - 1]
-    worst = check(args, cp, pool, k16, slots, q, res, positions)
-    print(f"  check ({len(positions)} positions × {args.hq} heads): o rel err {worst['o_rel']:.2e} "
-          f"({worst['o_over_fp16']:.2f}× an fp16 attention's), lse err {worst['lse']:.2e}, "
-          f"certificate violations {worst['violations']}")
-    ok = worst["violations"] == 0 and worst["o_over_fp16"] <= 2.0 + 1e-9 and worst["lse"] < 1e-3
     # causal work: every new token attends its prefix and the new tokens up to itself
     pairs = args.new * args.prefix + args.new * (args.new + 1) / 2
     flops = 4.0 * pairs * args.hq * D
     pt = check_page_table(ip, pages.get(), last, batch=1, num_pages=pool.num_pages, page_size=PS)
-    rows = []
-    plans = {}
-    for name, c in (("witcert_extend_tc", cert), ("witcert_extend_tc_nocert", None)):
-        plans[name] = ExtendPlan(pool._dev, q, 0, qo, cp.asarray(ip), pages, cp.asarray(last), True, sm, c,
-                                 None, pt.num_pages_of(0))
-    times = {}
-    for name, plan in plans.items():
-        times[name], _ = time_cupy([plan.launch], args.reps)
-        plan.launch()
-        agree = float(cp.abs(plan.lse - res.lse).max())
-        print(f"  {name:34s} {times[name]:10.1f} µs  splits {plan.ns}, "
-              f"|lse − checked run| {agree:.1e}")
+    positions = [0, 1, args.new // 3, args.new // 2 + 5, args.new - 2, args.new - 1]
+    times, checks, ok = {}, {}, True
+    for variant in args.variant or [""]:
+        use_variant(variant)
+        tag = f"[{variant}]" if variant else ""
+        res = wc.extend_attention(q, pool, layer=0, qo_indptr=cp.asarray(qo), kv_indptr=cp.asarray(ip),
+                                  kv_indices=pages, kv_last_page_len=cp.asarray(last), cert=cert)
+        assert res.kernel == "extend_tc", res.kernel
+        worst = check(args, cp, pool, k16, slots, q, res, positions)
+        print(f"  check{tag} ({len(positions)} positions × {args.hq} heads): o rel err {worst['o_rel']:.2e} "
+              f"({worst['o_over_fp16']:.2f}× an fp16 attention's), lse err {worst['lse']:.2e}, "
+              f"certificate violations {worst['violations']}, max cmax {float(res.cmax.max()):.6f}")
+        checks[variant] = worst
+        ok = ok and worst["violations"] == 0 and worst["o_over_fp16"] <= 2.0 + 1e-9 and worst["lse"] < 1e-3
+        for name, c in ((f"witcert_extend_tc{tag}", cert), (f"witcert_extend_tc_nocert{tag}", None)):
+            plan = ExtendPlan(pool._dev, q, 0, qo, cp.asarray(ip), pages, cp.asarray(last), True, sm, c, None,
+                              pt.num_pages_of(0))
+            times[name], _ = time_cupy([plan.launch], args.reps)
+            plan.launch()
+            agree = float(cp.abs(plan.lse - res.lse).max())
+            print(f"  {name:34s} {times[name]:10.1f} µs  splits {plan.ns}, |lse − checked run| {agree:.1e}")
+    use_variant("")
     try:
         for name, f in sdpa_cases(args, k16, v16, q).items():
             times[name], _ = time_torch([f], args.reps)
@@ -170,14 +208,16 @@ def main(argv=None):
     except ImportError:
         print("  torch not installed: no SDPA baseline")
     base = times.get("sdpa_fp16_causal_lower_right", times.get("sdpa_fp16_nomask"))
+    rows = []
     for name, us in times.items():
         rows.append(dict(method=name, n_new=args.new, prefix=args.prefix, hq=args.hq, hkv=args.hkv, d=D,
-                         page_size=PS, dither_bits=8, cert=name.startswith("witcert") and not name.endswith("nocert"), us=us,
-                         tflops=flops / (us * 1e-6) / 1e12, ratio_sdpa=(us / base) if base else None))
+                         page_size=PS, dither_bits=8, cert=name.startswith("witcert") and "nocert" not in name,
+                         us=us, tflops=flops / (us * 1e-6) / 1e12, ratio_sdpa=(us / base) if base else None))
     for r in rows:
         rs = f"{r['ratio_sdpa']:.2f}×" if r["ratio_sdpa"] else "-"
         print(f"  {r['method']:34s} {r['us']:10.1f} µs {r['tflops']:7.1f} TFLOP/s  {rs} SDPA (causal)")
-    out = dict(date=str(datetime.date.today()), checks=worst, checks_ok=ok, causal_flops=flops, rows=rows)
+    out = dict(date=str(datetime.date.today()), checks=checks.get("", next(iter(checks.values()))),
+               variant_checks=checks, checks_ok=ok, causal_flops=flops, rows=rows)
     dest = Path(args.out) if args.out else Path(__file__).resolve().parent / "results"
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / f"extend-{datetime.date.today()}.json"

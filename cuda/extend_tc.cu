@@ -33,9 +33,13 @@
 #define XT_NG 4       // scale groups of 32 channels
 #define XT_PITCH 136  // halves per shared row: 272 B, so the 8 rows an ldmatrix reads hit distinct banks
 #define XT_LOG2E 1.4426950408889634f
-#define XT_LN2 0.6931471805599453f
+#define XT_LN2 0.6931471805599453f   // rounds to 0x3F317218, above ln 2
+#define XT_LOG2E_UP 1.4426951408386230f  // 0x3FB8AA3C: the float just above log2(e)
 
 #define XT_WARPS 8
+#ifndef XT_FASTPATH
+#define XT_FASTPATH 1  // 0: every tile through the masked instance (bench/extend.py --variant)
+#endif
 #define XT_THREADS (32 * XT_WARPS)
 #define XT_ROWS (16 * XT_WARPS)  // query rows per CTA: 16 per warp
 
@@ -46,8 +50,8 @@ struct XtShared {
     u16 kx[XT_TILE][XT_PITCH];  // −ξ of K, exact in fp16
     u16 vh[XT_TILE][XT_PITCH];  // V̂ rounded to fp16
     float sk[XT_NG][XT_TILE];   // K scales [group][token]: the column scaling after each group's mma
-    float sk4[XT_TILE][8];      // per token: s_g and s_g², for c_t
-    float rowc[XT_ROWS][12];       // per row (16-byte aligned): 2(sm²/12)Q2_g·log(2S/δ) [4], sm(Q1_g·β + 127E2_g + ½E1_g) [4], ℓ̃ scale
+    float skt[XT_TILE][XT_NG][2];  // per token and group: (s_g² rounded up to tf32, s_g): c_t's B operands
+    float rowc[XT_ROWS][12];       // per row: c_t's A operands (u² coefficients [4], β coefficients [4]), ℓ̃ scale
     int rowlen[XT_ROWS];           // tokens the row attends (0: no query in this row)
     int rowout[XT_ROWS];           // the row's (query, head) index qi·Hq + head, or -1
     int4 stg[2][XT_TILE][9];    // raw codes of the next tile (K, V), 144-byte rows: conflict-free reads
@@ -96,6 +100,27 @@ WC_D u32 hfma2(u32 a, u32 b, u32 c) {
     return r;
 }
 
+// c += a·b, m16n8k4, tf32 operands (fp32 registers whose low 13 bits are zero), fp32 accumulate
+WC_D void mma_tf32_k4(float (&c)[4], u32 a0, u32 a1, u32 b0) {
+    asm("mma.sync.aligned.m16n8k4.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// the smallest tf32 value at or above x (x ≥ 0 or +inf; a carry into the exponent gives +inf)
+WC_D float tf32_up(float x) { return __uint_as_float((__float_as_uint(x) + 0x1FFFu) & 0xFFFFE000u); }
+
+WC_D float sqrt_approx(float x) {
+    float r;
+    asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+template <bool B>
+struct XtMask {
+    static constexpr bool value = B;
+};
+
 WC_D float xt_quad_max(float v) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
     return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
@@ -124,6 +149,7 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     const int tile = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int grp = lane >> 2, tig = lane & 3;
+    const int wr0 = warp * 16;
     const int Hq = H * G;
     const int ps = 1 << page_shift;
 
@@ -168,6 +194,8 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
         int e = 0;
         frexpf(amax, &e);
         const int shift = WC_TC_QUERY_EXPONENT - e;  // max |q|·2^shift ∈ [2^14, 2^15): qh, ql stay normal
+        // C_EVAL_SLACK·log2(e) and its square, rounded up: c_t in log2 units, slack included
+        const float k1 = __fmul_ru((float)WC_C_EVAL_SLACK, XT_LOG2E_UP), k2 = __fmul_ru(k1, k1);
         const float log_term = log_budget + logf((float)max(rv ? (causal ? S - n_new + (qi - qo0) + 1 : S) : 0,
                                                             (i64)1));
 #pragma unroll
@@ -197,8 +225,12 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
             }
             e1 = ldexpf(e1, -shift);
             e2 = ldexpf(e2, -shift);
-            sh.rowc[r][2 * hf + gg] = 2.0f * (sm * sm / 12.0f) * q2 * log_term;
-            sh.rowc[r][4 + 2 * hf + gg] = sm * (q1 * beta_steps + WC_TC_CODE_BOUND * e2 + WC_TC_XI_BOUND * e1);
+            // c_t's operands for the tensor cores (docs/certificate.md §9, step 5): in log2 units with the
+            // evaluation slack folded in, products rounded up, then rounded up to tf32
+            const float cu2 = 2.0f * (sm * sm / 12.0f) * q2 * log_term;
+            const float cb = sm * (q1 * beta_steps + WC_TC_CODE_BOUND * e2 + WC_TC_XI_BOUND * e1);
+            sh.rowc[r][2 * hf + gg] = tf32_up(__fmul_ru(cu2, k2));
+            sh.rowc[r][4 + 2 * hf + gg] = tf32_up(__fmul_ru(cb, k1));
         }
         if (hf == 0) {
             sh.rowc[r][8] = ldexpf(sm * XT_LOG2E, -shift);
@@ -210,7 +242,6 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
 
     // this warp's 16 rows; this thread holds rows grp and grp + 8 of them.  Per-row constants stay
     // in shared memory and are read per tile (in registers they cost a spill).
-    const int wr0 = warp * 16;
     const u32 ctr2 = dither_ctr2(layer, h + head_base);
     const i64 rowK = (((i64)layer * 2 + 0) * H + h) * N, rowV = (((i64)layer * 2 + 1) * H + h) * N;
     const u32 c1152 = pack_f16x2(1152.0f, 1152.0f), cm256 = pack_f16x2(-0.00390625f, -0.00390625f);
@@ -220,8 +251,23 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
 #pragma unroll
     for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, l2[2] = {0.f, 0.f};
-    float cmx[2] = {0.f, 0.f};
-    bool cinf[2] = {false, false};
+    float cmx[2] = {0.f, 0.f};  // max c_t, log2 units
+    // c_t's A operands, fixed for the kernel: rows grp and grp + 8, group tig (u² then β coefficients).
+    // A row with an infinite coefficient (a query whose Σq² overflows) gets an infinite certificate
+    // and zero operands, so that no 0·inf reaches the tensor cores.
+    u32 ca[4];
+    bool row_inf[2];
+    {
+        const float a[4] = {sh.rowc[wr0 + grp][tig], sh.rowc[wr0 + grp + 8][tig], sh.rowc[wr0 + grp][4 + tig],
+                            sh.rowc[wr0 + grp + 8][4 + tig]};
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+            const bool bad = !(a[rr] <= WC_F32_MAX) || !(a[2 + rr] <= WC_F32_MAX);
+            row_inf[rr] = xt_quad_max(bad ? 1.0f : 0.0f) > 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ca[i] = row_inf[i & 1] ? 0u : __float_as_uint(a[i]);
+    }
 
     // Dequantization item of this thread: side tid >> 7, token (tid & 127) >> 1, half-row tid & 1,
     // so a warp's items share one side.  The next tile's codes and scales travel by cp.async into a
@@ -274,8 +320,9 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                 if (!(sb[gg] <= WC_F32_MAX)) poisoned = true;
                 if (side == 0) {
                     sh.sk[2 * hf + gg][at] = sb[gg];
-                    sh.sk4[at][2 * hf + gg] = sb[gg];
-                    sh.sk4[at][4 + 2 * hf + gg] = __fmul_rn(sb[gg], sb[gg]);
+                    // an fp16 scale is exact in tf32; its square is rounded up
+                    sh.skt[at][2 * hf + gg][0] = tf32_up(__fmul_ru(sb[gg], sb[gg]));
+                    sh.skt[at][2 * hf + gg][1] = sb[gg];
                 }
             }
         }
@@ -372,101 +419,97 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
             }
         }
 
-        // ---- C: mask and online softmax (a row's maximum is shared by the quad of lanes holding it)
-        float tmx[2] = {-INFINITY, -INFINITY};
+        // ---- C, D: online softmax, c_t and λ, o += P·V̂.  A warp whose rows attend every token of
+        // the tile (all but a request's last tiles) takes the unmasked instance; both compute the same
+        // bits for every token they share, so a row's result does not depend on its warp's other rows.
         const float rsc[2] = {sh.rowc[wr0 + grp][8], sh.rowc[wr0 + grp + 8][8]};
         // a row attends the tile's tokens below min(its length, the split's end): the tile's valid
         // tokens are a prefix (a bad page id poisons the whole split, so its zeros never count)
-        const i64 lim[2] = {min(tb, (i64)sh.rowlen[wr0 + grp]), min(tb, (i64)sh.rowlen[wr0 + grp + 8])};
+        const int rl[2] = {sh.rowlen[wr0 + grp], sh.rowlen[wr0 + grp + 8]};
+        const i64 lim[2] = {min(tb, (i64)rl[0]), min(tb, (i64)rl[1])};
+        // rows without a query (rl = 0) never store, so they do not hold the warp on the masked path
+        const bool full = XT_FASTPATH && __all_sync(0xffffffffu, (rl[0] == 0 || t0 + XT_TILE <= lim[0]) &&
+                                                                      (rl[1] == 0 || t0 + XT_TILE <= lim[1]));
+        auto tile_step = [&](auto mask_tag) {
+            constexpr bool MASK = decltype(mask_tag)::value;
+            float tmx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
+            for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int rr = e >> 1, tl = 8 * nt + 2 * tig + (e & 1);
-                const bool v = t0 + tl < lim[rr];
-                S[nt][e] = v ? __fmul_rn(S[nt][e], rsc[rr]) : -INFINITY;  // ℓ̃ in log2 units
-                tmx[rr] = fmaxf(tmx[rr], S[nt][e]);
+                for (int e = 0; e < 4; ++e) {
+                    const int rr = e >> 1, tl = 8 * nt + 2 * tig + (e & 1);
+                    if (MASK && !(t0 + tl < lim[rr])) S[nt][e] = -INFINITY;
+                    tmx[rr] = fmaxf(tmx[rr], S[nt][e]);
+                }
             }
-        }
-        float scl[2], mn[2];
+            // S is ℓ̃ before its row scale (positive, so the scaled maximum is the maximum scaled)
+            float mn[2], nmn[2];
 #pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-            mn[rr] = fmaxf(m[rr], xt_quad_max(tmx[rr]));
-            scl[rr] = mn[rr] == -INFINITY ? 1.0f : exp2f(m[rr] - mn[rr]);
-            l[rr] *= scl[rr];
-            l2[rr] *= scl[rr];  // λ's sum shares the softmax's reference maximum
-            m[rr] = mn[rr];
-        }
-        if (!__all_sync(0xffffffffu, scl[0] == 1.0f && scl[1] == 1.0f)) {  // most tiles keep their maxima
-#pragma unroll
-            for (int i = 0; i < 16; ++i) {
-                o[i][0] *= scl[0];
-                o[i][1] *= scl[0];
-                o[i][2] *= scl[1];
-                o[i][3] *= scl[1];
+            for (int rr = 0; rr < 2; ++rr) {
+                mn[rr] = fmaxf(m[rr], __fmul_rn(xt_quad_max(tmx[rr]), rsc[rr]));  // log2 units
+                const float scl = mn[rr] == -INFINITY ? 1.0f : exp2f(m[rr] - mn[rr]);
+                l[rr] *= scl;
+                l2[rr] *= scl;  // λ's sum shares the softmax's reference maximum
+                m[rr] = mn[rr];
+                nmn[rr] = -mn[rr];
+                tmx[rr] = scl;
             }
-        }
-        // the rows' Tier-B coefficients for this tile's certificate work
-        float4 b2[2], b1[2];
+            if (!__all_sync(0xffffffffu, tmx[0] == 1.0f && tmx[1] == 1.0f)) {  // most tiles keep their maxima
 #pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-            b2[rr] = *reinterpret_cast<const float4*>(&sh.rowc[wr0 + grp + 8 * rr][0]);
-            b1[rr] = *reinterpret_cast<const float4*>(&sh.rowc[wr0 + grp + 8 * rr][4]);
-        }
-        // ---- D: per k16 step of 16 tokens: probabilities, c_t and λ, then o += P·V̂ (V̂ fragments
-        // by transposed ldmatrix); the C fragments of token tiles 2kk and 2kk+1 are the A fragment
+                for (int i = 0; i < 16; ++i) {
+                    o[i][0] *= tmx[0];
+                    o[i][1] *= tmx[0];
+                    o[i][2] *= tmx[1];
+                    o[i][3] *= tmx[1];
+                }
+            }
+            // per k16 step of 16 tokens: probabilities, c_t and λ, then o += P·V̂ (V̂ fragments by
+            // transposed ldmatrix); the C fragments of token tiles 2kk and 2kk+1 are the A fragment
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-            u32 pa[4];
+            for (int kk = 0; kk < 4; ++kk) {
+                u32 pa[4];
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int nt = 2 * kk + half;
-                float p[4];
-#pragma unroll
-                for (int j = 0; j < 2; ++j) {  // token 8nt + 2tig + j, both rows
-                    const int tl = 8 * nt + 2 * tig + j;
-                    float4 sa, sq;
+                for (int half = 0; half < 2; ++half) {
+                    const int nt = 2 * kk + half;
+                    // c_t for the 16 × 8 block by the tensor cores: u² = Σ_g a2_g·s_g², β = Σ_g a1_g·s_g
+                    float u2[4] = {0.f, 0.f, 0.f, 0.f}, be[4] = {0.f, 0.f, 0.f, 0.f};
                     if (tier) {
-                        sa = *reinterpret_cast<const float4*>(&sh.sk4[tl][0]);
-                        sq = *reinterpret_cast<const float4*>(&sh.sk4[tl][4]);
+                        const float2 sv = *reinterpret_cast<const float2*>(&sh.skt[8 * nt + grp][tig][0]);
+                        mma_tf32_k4(u2, ca[0], ca[1], __float_as_uint(sv.x));
+                        mma_tf32_k4(be, ca[2], ca[3], __float_as_uint(sv.y));
                     }
+                    float p[4];
 #pragma unroll
-                    for (int rr = 0; rr < 2; ++rr) {
-                        const int e = 2 * rr + j;
-                        const float lt = S[nt][e];
-                        const float d = __fsub_rn(lt, mn[rr]);
-                        p[e] = mn[rr] == -INFINITY ? 0.0f : exp2f(d);
+                    for (int e = 0; e < 4; ++e) {
+                        const int rr = e >> 1;
+                        const float d = __fmaf_rn(S[nt][e], rsc[rr], nmn[rr]);  // ℓ̃ − m, log2 units
+                        p[e] = (MASK && mn[rr] == -INFINITY) ? 0.0f : exp2f(d);
                         l[rr] += p[e];
-                        if (tier && lt != -INFINITY) {
-                            // explicit roundings: a row's result must not depend on which of a
-                            // thread's two rows it is (the compiler may contract each differently)
-                            const float u2 = __fmaf_rn(sq.w, b2[rr].w, __fmaf_rn(sq.z, b2[rr].z,
-                                             __fmaf_rn(sq.y, b2[rr].y, __fmul_rn(sq.x, b2[rr].x))));
-                            const float be = __fmaf_rn(sa.w, b1[rr].w, __fmaf_rn(sa.z, b1[rr].z,
-                                             __fmaf_rn(sa.y, b1[rr].y, __fmul_rn(sa.x, b1[rr].x))));
-                            // sqrt as u2·rsqrt(u2): within a few ulps, far inside C_EVAL_SLACK
-                            const float u = u2 > 0.0f ? __fmul_rn(u2, rsqrtf(u2)) : 0.0f;
-                            float c = __fmul_rn(__fadd_rn(u, be), (float)WC_C_EVAL_SLACK);
-                            c = c <= WC_F32_MAX ? c : INFINITY;
-                            cmx[rr] = fmaxf(cmx[rr], c);
-                            cinf[rr] = cinf[rr] || c == INFINITY;
-                            // e^{ℓ̃ + c} relative to the softmax maximum: overflow gives +inf, which
-                            // reports "no guarantee" (sound); terms below 2^-126 of the maximum vanish
-                            l2[rr] += exp2f(__fmaf_rn(c, XT_LOG2E, d));
+                        if (tier && (!MASK || S[nt][e] != -INFINITY)) {
+                            // c_t·slack·log2(e); an infinite u² or β gives +inf, "no guarantee"
+                            const float c2 = __fadd_rn(sqrt_approx(u2[e]), be[e]);
+                            cmx[rr] = fmaxf(cmx[rr], c2);
+                            // e^{ℓ̃ + c} relative to the softmax maximum: overflow gives +inf (sound);
+                            // terms below 2^-126 of the maximum vanish
+                            l2[rr] += exp2f(__fadd_rn(c2, d));
                         }
                     }
+                    pa[2 * half] = pack_f16x2(p[0], p[1]);
+                    pa[2 * half + 1] = pack_f16x2(p[2], p[3]);
                 }
-                pa[2 * half] = pack_f16x2(p[0], p[1]);
-                pa[2 * half + 1] = pack_f16x2(p[2], p[3]);
-            }
 #pragma unroll
-            for (int np = 0; np < 8; ++np) {
-                u32 vb[4];
-                ldsm_x4_trans(vb, &sh.vh[16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8][16 * np + (lane >> 4) * 8]);
-                mma_f16(o[2 * np], pa, vb[0], vb[1]);
-                mma_f16(o[2 * np + 1], pa, vb[2], vb[3]);
+                for (int np = 0; np < 8; ++np) {
+                    u32 vb[4];
+                    ldsm_x4_trans(vb, &sh.vh[16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8][16 * np + (lane >> 4) * 8]);
+                    mma_f16(o[2 * np], pa, vb[0], vb[1]);
+                    mma_f16(o[2 * np + 1], pa, vb[2], vb[3]);
+                }
             }
-        }
+        };
+        if (full)
+            tile_step(XtMask<false>{});
+        else
+            tile_step(XtMask<true>{});
     }
 
     // ---- outputs
@@ -475,8 +518,10 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     for (int rr = 0; rr < 2; ++rr) {
         const int ro = sh.rowout[wr0 + grp + 8 * rr];
         const float L = xt_quad_sum(l[rr]), L2 = xt_quad_sum(l2[rr]);
-        const float CM = xt_quad_max(cmx[rr]);
-        const bool CI = xt_quad_max(cinf[rr] ? 1.0f : 0.0f) > 0.0f;  // an infinite c_t anywhere in the row
+        // max c_t back to natural units, rounded up; a row with an infinite coefficient that attended
+        // a token has an infinite certificate
+        const bool CI = tier && row_inf[rr] && L > 0.0f;
+        const float CM = CI ? INFINITY : __fmul_ru(xt_quad_max(cmx[rr]), XT_LN2);
         if (ro < 0) continue;
         const i64 row = (i64)ro * num_splits + s;
 #pragma unroll

@@ -198,6 +198,41 @@ def test_tc_chunked_prefill_equals_one_shot_prefix_sharing_and_decode_continues(
     assert np.abs(_np(dec.lse) - _np(one.lse)[S - 1]).max() < 1e-4
 
 
+def test_tc_certificate_operands_hold_across_dynamic_range():
+    """c_t is evaluated by the tensor cores from tf32 operands rounded up (docs/certificate.md §9,
+    step 5).  Keys whose magnitudes span six decades (scales down into fp16's subnormal range) and
+    queries spanning four keep every rule: cmax at or above the CPU's and within 1% of it, zero
+    violations.  A query whose Σq² overflows fp32 gets an infinite certificate, alone: every other
+    (position, head) of the same call is bit-identical to the run without it."""
+    rng = np.random.default_rng(33)
+    H, G, S, n = 2, 4, 260, 70
+    cpu, gpu = pools(20, H)
+    pages = rng.permutation(20)[:17]
+    k = random_rows(rng, S, H, D, heavy=False) * (10.0 ** rng.uniform(-4.0, 1.7, size=(S, H, 1)))
+    k = k.astype(np.float32)
+    v = random_rows(rng, S, H, D)
+    for p in (cpu, gpu):
+        put(p, slots_of(pages, 0, S), k, v)
+    scales = _np(gpu.scales)
+    assert scales[scales > 0].min() < 6.1e-5  # some scales are fp16 subnormals
+    q = (rng.standard_normal((n, H * G, D)) * 10.0 ** rng.uniform(-2.0, 2.0, size=(n, H * G, 1))).astype(np.float32)
+    tabs = table([pages], [S])
+    cert = wc.CertConfig(steps=n)
+    res = run(gpu, q, np.array([0, n], np.int32), tabs, cert=cert)
+    assert res.kernel == "extend_tc"
+    cpu_res = run(cpu, q, np.array([0, n], np.int32), tabs, cert=cert)
+    check_against_references(res, cpu_res, cpu, q, np.array([0, n], np.int32), tabs)
+    big = q.copy()
+    big[33, 5] = 1e20  # Σq² = 128e40 overflows fp32
+    res_big = run(gpu, big, np.array([0, n], np.int32), tabs, cert=cert)
+    cm_big, tv_big = _np(res_big.cmax), _np(res_big.tv_bound)
+    assert np.isinf(cm_big[33, 5]) and tv_big[33, 5] == 1.0
+    keep = np.ones((n, H * G), bool)
+    keep[33, 5] = False
+    for f in ("o", "lse", "log_a", "cmax", "tv_bound"):
+        assert np.array_equal(_np(getattr(res_big, f))[keep], _np(getattr(res, f))[keep]), f
+
+
 def test_tc_nonfinite_slot_gives_infinite_certificate():
     rng = np.random.default_rng(5)
     H, G, S = 1, 4, 96
