@@ -15,12 +15,18 @@
 //   attention kernel (torch SDPA on the dequantized cache) sees.  o carries fp16-class rounding;
 //   the certificate bounds TV of the attention weights, which V does not enter.
 //
+//   Certificate.  c_t = u_t + β_t + γ_t with u² = Σ_g a2_g·s_g² and β + γ = Σ_g a1_g·s_g: rank-4
+//   products of row coefficients and token scales, so two m16n8k4 tf32 mma per 16 × 8 block form
+//   them, from operands rounded UP to tf32 (an fp16 scale is exact in tf32; its square and the row
+//   coefficients, with C_EVAL_SLACK and log2 e folded in, are rounded up): docs/certificate.md §9.
+//
 // Layout: grid (num_tiles, H, num_splits), block 256 = 8 warps × 16 rows.  Row r of the tile is
 // (token r / G, head r % G).  Per KV tile of 64 tokens: every thread dequantizes one half-row of K or
-// of V (4 Philox calls; its raw codes and scales arrived by cp.async while the previous tile
-// computed) into padded shared tiles; each warp then runs its 16 rows × 64 tokens through m16n8k16
-// mma (fragments by ldmatrix), forms c_t per (row, token), updates the online softmax and λ, and
-// accumulates o.  Shared memory ≈ 148 KB (dynamic), 254 registers: 1 CTA per SM.
+// of V (4 Philox calls; its raw codes and scales arrived by cp.async a tile earlier) into one of two
+// padded shared buffers; each warp runs its 16 rows × 64 tokens of the other buffer through
+// m16n8k16 mma (fragments by ldmatrix), forms c_t, updates the online softmax and λ, and accumulates
+// o; then it dequantizes the next tile, and one barrier per tile separates the two.  Shared memory
+// 202 KB (dynamic), 254–255 registers: 1 CTA per SM.
 // Never reads out of bounds: page ids outside the pool, an inconsistent kv_indptr, a bad last-page
 // length or more new tokens than the request holds poison the split (NaN output, infinite
 // certificate), as in the decode kernels; a non-finite scale in a tile poisons the split too.
@@ -43,22 +49,27 @@
 #define XT_THREADS (32 * XT_WARPS)
 #define XT_ROWS (16 * XT_WARPS)  // query rows per CTA: 16 per warp
 
+// one dequantized KV tile
+struct XtTile {
+    u16 kc[XT_TILE][XT_PITCH];        // K codes, exact in fp16
+    u16 kx[XT_TILE][XT_PITCH];        // −ξ of K, exact in fp16
+    u16 vh[XT_TILE][XT_PITCH];        // V̂ rounded to fp16
+    float sk[XT_NG][XT_TILE];         // K scales [group][token]: the column scaling after each group's mma
+    float skt[XT_TILE][XT_NG][2];     // per token and group: (s_g² rounded up to tf32, s_g): c_t's B operands
+};
+
 struct XtShared {
     u16 qh[XT_ROWS][XT_PITCH];     // row-scaled query, high fp16 part
     u16 ql[XT_ROWS][XT_PITCH];     // low part: qs − qh rounded to fp16
-    u16 kc[XT_TILE][XT_PITCH];  // K codes, exact in fp16
-    u16 kx[XT_TILE][XT_PITCH];  // −ξ of K, exact in fp16
-    u16 vh[XT_TILE][XT_PITCH];  // V̂ rounded to fp16
-    float sk[XT_NG][XT_TILE];   // K scales [group][token]: the column scaling after each group's mma
-    float skt[XT_TILE][XT_NG][2];  // per token and group: (s_g² rounded up to tf32, s_g): c_t's B operands
-    float rowc[XT_ROWS][12];       // per row: c_t's A operands (u² coefficients [4], β coefficients [4]), ℓ̃ scale
+    XtTile tile[2];  // two buffers: tile i+1 is written while tile i is read
+    float rowc[XT_ROWS][12];       // per row: c_t's A operands (u² coefficients [4], β coefficients [4]), ℓ̃ scale, infinite-c_t flag
     int rowlen[XT_ROWS];           // tokens the row attends (0: no query in this row)
     int rowout[XT_ROWS];           // the row's (query, head) index qi·Hq + head, or -1
     int4 stg[2][XT_TILE][9];    // raw codes of the next tile (K, V), 144-byte rows: conflict-free reads
     u32 stg_sc[2][XT_TILE][2];  // their scales: each half-row's two groups (4 bytes)
 };
 // the launch layer reads this number from here (witcert_cupy/_cuda_extend.py): 8 warps, 128 rows
-#define XT_SMEM_BYTES 151552
+#define XT_SMEM_BYTES 206848
 static_assert(sizeof(XtShared) == XT_SMEM_BYTES, "XT_SMEM_BYTES must be sizeof(XtShared)");
 // one dequantization item (side, token, half-row) per thread: 2 sides × 64 tokens × 2 halves
 static_assert(4 * XT_TILE == XT_THREADS, "the dequantization gives each thread exactly one half-row");
@@ -225,7 +236,7 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
             }
             e1 = ldexpf(e1, -shift);
             e2 = ldexpf(e2, -shift);
-            // c_t's operands for the tensor cores (docs/certificate.md §9, step 5): in log2 units with the
+            // c_t's operands for the tensor cores (docs/certificate.md §9, step 6): in log2 units with the
             // evaluation slack folded in, products rounded up, then rounded up to tf32
             const float cu2 = 2.0f * (sm * sm / 12.0f) * q2 * log_term;
             const float cb = sm * (q1 * beta_steps + WC_TC_CODE_BOUND * e2 + WC_TC_XI_BOUND * e1);
@@ -244,30 +255,28 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     // in shared memory and are read per tile (in registers they cost a spill).
     const u32 ctr2 = dither_ctr2(layer, h + head_base);
     const i64 rowK = (((i64)layer * 2 + 0) * H + h) * N, rowV = (((i64)layer * 2 + 1) * H + h) * N;
-    const u32 c1152 = pack_f16x2(1152.0f, 1152.0f), cm256 = pack_f16x2(-0.00390625f, -0.00390625f);
-    const u32 c4_5 = pack_f16x2(4.5f, 4.5f), c512 = pack_f16x2(0.001953125f, 0.001953125f);
+    // f16x2 constants as bit patterns (literals the compiler can rematerialize instead of holding):
+    // 1152, −1/256, 4.5 and 1/512 in both halves
+    constexpr u32 c1152 = 0x64806480u, cm256 = 0x9C009C00u, c4_5 = 0x44804480u, c512 = 0x18001800u;
 
     float o[16][4];
 #pragma unroll
     for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, l2[2] = {0.f, 0.f};
     float cmx[2] = {0.f, 0.f};  // max c_t, log2 units
-    // c_t's A operands, fixed for the kernel: rows grp and grp + 8, group tig (u² then β coefficients).
-    // A row with an infinite coefficient (a query whose Σq² overflows) gets an infinite certificate
-    // and zero operands, so that no 0·inf reaches the tensor cores.
-    u32 ca[4];
-    bool row_inf[2];
-    {
-        const float a[4] = {sh.rowc[wr0 + grp][tig], sh.rowc[wr0 + grp + 8][tig], sh.rowc[wr0 + grp][4 + tig],
-                            sh.rowc[wr0 + grp + 8][4 + tig]};
+    // A row with an infinite c_t coefficient (a query whose Σq² overflows) gets an infinite certificate
+    // and zero operands, so that no 0·inf reaches the tensor cores (flag in rowc[r][9])
+    if (tid < XT_ROWS) {
+        bool bad = false;
 #pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-            const bool bad = !(a[rr] <= WC_F32_MAX) || !(a[2 + rr] <= WC_F32_MAX);
-            row_inf[rr] = xt_quad_max(bad ? 1.0f : 0.0f) > 0.0f;
+        for (int i = 0; i < 8; ++i) bad = bad || !(sh.rowc[tid][i] <= WC_F32_MAX);
+        if (bad) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) sh.rowc[tid][i] = 0.0f;
         }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) ca[i] = row_inf[i & 1] ? 0u : __float_as_uint(a[i]);
+        sh.rowc[tid][9] = bad ? 1.0f : 0.0f;
     }
+    __syncthreads();
 
     // Dequantization item of this thread: side tid >> 7, token (tid & 127) >> 1, half-row tid & 1,
     // so a warp's items share one side.  The next tile's codes and scales travel by cp.async into a
@@ -299,18 +308,13 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
         }
         cp_async_commit();
     };
-    if (ta < tb) {
-        pg_next = page_of(ta);
-        issue(ta);
-    }
-
-    for (i64 t0 = ta; t0 < tb; t0 += XT_TILE) {
+    // ---- A: dequantize the staged tile into buffer `buf`: K half-rows into exact fp16 operands, V
+    // half-rows into x̂ rounded to fp16.  A thread reads only the staging entries it copied itself,
+    // so its own cp.async wait is all the staging needs.
+    auto dequant = [&](int buf) {
+        XtTile& tl = sh.tile[buf];
         const bool valid = cur_valid;
         const u32 slot = cur_slot;
-        pg_next = t0 + XT_TILE < tb ? page_of(t0 + XT_TILE) : 0;  // used after the dequantization
-        cp_async_wait_all();
-        __syncthreads();  // staging holds this tile; the previous tile's shared tiles are no longer read
-        // ---- A: dequantize: K half-rows into exact fp16 operands, V half-rows into x̂ rounded to fp16
         float sb[2];
         {
             const u32 sc = sh.stg_sc[side][at][hf];
@@ -319,18 +323,19 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                 sb[gg] = valid ? f16_to_f32((u16)(sc >> (16 * gg))) : 0.0f;
                 if (!(sb[gg] <= WC_F32_MAX)) poisoned = true;
                 if (side == 0) {
-                    sh.sk[2 * hf + gg][at] = sb[gg];
+                    tl.sk[2 * hf + gg][at] = sb[gg];
                     // an fp16 scale is exact in tf32; its square is rounded up
-                    sh.skt[at][2 * hf + gg][0] = tf32_up(__fmul_ru(sb[gg], sb[gg]));
-                    sh.skt[at][2 * hf + gg][1] = sb[gg];
+                    tl.skt[at][2 * hf + gg][0] = tf32_up(__fmul_ru(sb[gg], sb[gg]));
+                    tl.skt[at][2 * hf + gg][1] = sb[gg];
                 }
             }
         }
 #pragma unroll 2  // two Philox calls in flight per thread
         for (int k = 0; k < 4; ++k) {
             const int chunk = hf * 4 + k;  // 16 channels per 8-bit Philox call (SPEC §2)
-            uint4* d0 = reinterpret_cast<uint4*>(side == 0 ? &sh.kc[at][hf * 64 + 16 * k] : &sh.vh[at][hf * 64 + 16 * k]);
-            uint4* d1 = reinterpret_cast<uint4*>(&sh.kx[at][hf * 64 + 16 * k]);
+            uint4* d0 = reinterpret_cast<uint4*>(side == 0 ? &tl.kc[at][hf * 64 + 16 * k]
+                                                           : &tl.vh[at][hf * 64 + 16 * k]);
+            uint4* d1 = reinterpret_cast<uint4*>(&tl.kx[at][hf * 64 + 16 * k]);
             if (!valid) {
                 d0[0] = d0[1] = make_uint4(0u, 0u, 0u, 0u);
                 if (side == 0) d1[0] = d1[1] = make_uint4(0u, 0u, 0u, 0u);
@@ -380,8 +385,23 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                 d0[1] = make_uint4(vhw[4], vhw[5], vhw[6], vhw[7]);
             }
         }
-        __syncthreads();
-        if (t0 + XT_TILE < tb) issue(t0 + XT_TILE);
+    };
+
+    if (ta < tb) {
+        pg_next = page_of(ta);
+        issue(ta);
+        cp_async_wait_all();
+        dequant(0);
+        if (ta + XT_TILE < tb) {
+            pg_next = page_of(ta + XT_TILE);
+            issue(ta + XT_TILE);
+        }
+    }
+    __syncthreads();
+
+    int buf = 0;
+    for (i64 t0 = ta; t0 < tb; t0 += XT_TILE, buf ^= 1) {
+        const XtTile& tl = sh.tile[buf];
 
         // ---- B: logits of 16 rows × 64 tokens per warp: per group, three mma per k16 step
         float S[8][4];
@@ -400,8 +420,8 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
             for (int nt = 0; nt < 8; ++nt) {
                 acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
                 u32 kb[4], xb[4];
-                ldsm_x4(kb, &sh.kc[8 * nt + (lane & 7)][32 * gg + (lane >> 3) * 8]);
-                ldsm_x4(xb, &sh.kx[8 * nt + (lane & 7)][32 * gg + (lane >> 3) * 8]);
+                ldsm_x4(kb, &tl.kc[8 * nt + (lane & 7)][32 * gg + (lane >> 3) * 8]);
+                ldsm_x4(xb, &tl.kx[8 * nt + (lane & 7)][32 * gg + (lane >> 3) * 8]);
                 mma_f16(acc[nt], qa[0], kb[0], kb[1]);
                 mma_f16(acc[nt], qb[0], kb[0], kb[1]);
                 mma_f16(acc[nt], qa[0], xb[0], xb[1]);
@@ -411,12 +431,23 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
             }
 #pragma unroll
             for (int nt = 0; nt < 8; ++nt) {
-                const float2 skv = *reinterpret_cast<const float2*>(&sh.sk[gg][8 * nt + 2 * tig]);
+                const float2 skv = *reinterpret_cast<const float2*>(&tl.sk[gg][8 * nt + 2 * tig]);
                 S[nt][0] = __fmaf_rn(skv.x, acc[nt][0], S[nt][0]);
                 S[nt][1] = __fmaf_rn(skv.y, acc[nt][1], S[nt][1]);
                 S[nt][2] = __fmaf_rn(skv.x, acc[nt][2], S[nt][2]);
                 S[nt][3] = __fmaf_rn(skv.y, acc[nt][3], S[nt][3]);
             }
+        }
+
+        // the next tile into the other buffer (last read before the previous barrier), its successor's
+        // codes into the staging: a warp starts on it while this tile's mma drain and the other warps
+        // still compute
+        if (t0 + XT_TILE < tb) {
+            // the page ids of the tile after next: their load overlaps the dequantization
+            pg_next = t0 + 2 * XT_TILE < tb ? page_of(t0 + 2 * XT_TILE) : 0;
+            cp_async_wait_all();
+            dequant(buf ^ 1);
+            if (t0 + 2 * XT_TILE < tb) issue(t0 + 2 * XT_TILE);
         }
 
         // ---- C, D: online softmax, c_t and λ, o += P·V̂.  A warp whose rows attend every token of
@@ -463,6 +494,10 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                     o[i][3] *= tmx[1];
                 }
             }
+            // c_t's A operands: rows grp and grp + 8, group tig (u², then β coefficients)
+            const u32 ca[4] = {__float_as_uint(sh.rowc[wr0 + grp][tig]), __float_as_uint(sh.rowc[wr0 + grp + 8][tig]),
+                               __float_as_uint(sh.rowc[wr0 + grp][4 + tig]),
+                               __float_as_uint(sh.rowc[wr0 + grp + 8][4 + tig])};
             // per k16 step of 16 tokens: probabilities, c_t and λ, then o += P·V̂ (V̂ fragments by
             // transposed ldmatrix); the C fragments of token tiles 2kk and 2kk+1 are the A fragment
 #pragma unroll
@@ -474,7 +509,7 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                     // c_t for the 16 × 8 block by the tensor cores: u² = Σ_g a2_g·s_g², β = Σ_g a1_g·s_g
                     float u2[4] = {0.f, 0.f, 0.f, 0.f}, be[4] = {0.f, 0.f, 0.f, 0.f};
                     if (tier) {
-                        const float2 sv = *reinterpret_cast<const float2*>(&sh.skt[8 * nt + grp][tig][0]);
+                        const float2 sv = *reinterpret_cast<const float2*>(&tl.skt[8 * nt + grp][tig][0]);
                         mma_tf32_k4(u2, ca[0], ca[1], __float_as_uint(sv.x));
                         mma_tf32_k4(be, ca[2], ca[3], __float_as_uint(sv.y));
                     }
@@ -500,7 +535,7 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
 #pragma unroll
                 for (int np = 0; np < 8; ++np) {
                     u32 vb[4];
-                    ldsm_x4_trans(vb, &sh.vh[16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8][16 * np + (lane >> 4) * 8]);
+                    ldsm_x4_trans(vb, &tl.vh[16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8][16 * np + (lane >> 4) * 8]);
                     mma_f16(o[2 * np], pa, vb[0], vb[1]);
                     mma_f16(o[2 * np + 1], pa, vb[2], vb[3]);
                 }
@@ -510,6 +545,7 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
             tile_step(XtMask<false>{});
         else
             tile_step(XtMask<true>{});
+        __syncthreads();  // the next tile's buffer is complete; this one may be overwritten
     }
 
     // ---- outputs
@@ -520,7 +556,7 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
         const float L = xt_quad_sum(l[rr]), L2 = xt_quad_sum(l2[rr]);
         // max c_t back to natural units, rounded up; a row with an infinite coefficient that attended
         // a token has an infinite certificate
-        const bool CI = tier && row_inf[rr] && L > 0.0f;
+        const bool CI = tier && sh.rowc[wr0 + grp + 8 * rr][9] != 0.0f && L > 0.0f;
         const float CM = CI ? INFINITY : __fmul_ru(xt_quad_max(cmx[rr]), XT_LN2);
         if (ro < 0) continue;
         const i64 row = (i64)ro * num_splits + s;

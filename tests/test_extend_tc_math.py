@@ -91,3 +91,77 @@ def test_kernel_choice_arguments():
     with pytest.raises(ValueError, match="CPU backend"):
         wc.extend_attention(q, pool, kernel="extend_tc", **kw)
     assert wc.extend_attention(q, pool, **kw).kernel == "decode"
+
+
+def _kernel_constants():
+    """The f16x2 and rounding constants as ``cuda/extend_tc.cu`` writes them."""
+    import re
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "cuda" / "extend_tc.cu").read_text()
+    hexes = dict(re.findall(r"(c1152|cm256|c4_5|c512) = (0x[0-9A-Fa-f]{8})u", src))
+    floats = dict(re.findall(r"#define (XT_LOG2E_UP|XT_LN2) ([0-9.]+)f", src))
+    return {k: int(v, 16) for k, v in hexes.items()}, {k: np.float32(float(v)) for k, v in floats.items()}
+
+
+def test_kernel_constants_are_what_their_comments_say():
+    hexes, floats = _kernel_constants()
+    for name, value in (("c1152", 1152.0), ("cm256", -1 / 256), ("c4_5", 4.5), ("c512", 1 / 512)):
+        half = int(np.float16(value).view(np.uint16))
+        assert hexes[name] == (half << 16) | half, name
+    # the upward constants of the certificate's evaluation lie above the real numbers
+    assert float(floats["XT_LOG2E_UP"]) > 1 / np.log(2) and floats["XT_LOG2E_UP"].view(np.uint32) == 0x3FB8AA3C
+    assert float(floats["XT_LN2"]) > np.log(2)
+
+
+def _f32_up(x):
+    """x (float64) rounded up to float32."""
+    f = np.float32(x)
+    return np.nextafter(f, np.float32(np.inf)) if float(f) < x else f
+
+
+def _f32_toward_zero(x):
+    f = np.float32(x)
+    return np.nextafter(f, np.float32(0)) if float(f) > x else f
+
+
+def _tf32_up(f):
+    """The kernel's tf32_up: the smallest tf32 value at or above the float32 ``f``."""
+    b = (int(np.float32(f).view(np.uint32)) + 0x1FFF) & 0xFFFFE000
+    return np.uint32(b).view(np.float32)
+
+
+def test_tc_certificate_operands_round_up():
+    """docs/certificate.md §9, step 6: c_t formed by the tensor cores from operands rounded up, with
+    the tensor core's truncating accumulation and an approximate square root taken at their worst,
+    stays at or above log2(e)·c_t, and the reported cmax at or above c_t, over twelve decades."""
+    _, floats = _kernel_constants()
+    k1 = _f32_up(float(np.float32(C.C_EVAL_SLACK)) * float(floats["XT_LOG2E_UP"]))
+    k2 = _f32_up(float(k1) * float(k1))
+    rng = np.random.default_rng(7)
+    worst = np.inf
+    for _ in range(3000):
+        s = np.float16(np.exp(rng.uniform(np.log(6e-8), np.log(6e4), 4))).astype(np.float32)  # fp16 scales
+        cu2 = np.float32(np.exp(rng.uniform(-60, 60, 4)))
+        cb = np.float32(np.exp(rng.uniform(-60, 40, 4)))
+        a2 = [_tf32_up(_f32_up(float(c) * float(k2))) for c in cu2]
+        a1 = [_tf32_up(_f32_up(float(c) * float(k1))) for c in cb]
+        b2 = [_tf32_up(_f32_up(float(x) * float(x))) for x in s]
+        assert all(float(x) == float(_tf32_up(x)) for x in s)  # an fp16 scale is exact in tf32
+        u2 = be = np.float32(0)
+        for g in range(4):  # products exact, each addition truncated
+            u2 = _f32_toward_zero(float(u2) + float(a2[g]) * float(b2[g]))
+            be = _f32_toward_zero(float(be) + float(a1[g]) * float(s[g]))
+        if not (np.isfinite(u2) and np.isfinite(be)):
+            continue  # +inf: "no guarantee", sound
+        u = np.float32(np.sqrt(u2)) * np.float32(1 - 2.0 ** -21)  # the approximate square root, low
+        c2 = _f32_toward_zero(float(u) + float(be))
+        exact = np.sqrt(np.sum(cu2.astype(np.float64) * s.astype(np.float64) ** 2)) + np.sum(
+            cb.astype(np.float64) * s.astype(np.float64))
+        assert float(c2) >= exact / np.log(2), (s, cu2, cb)
+        cmax = _f32_up(float(c2) * float(floats["XT_LN2"]))
+        assert float(cmax) >= exact
+        if exact > 0:
+            worst = min(worst, float(cmax) / exact)
+    # and the margin is what the slack buys, not more: the certificate is looser by under 0.2%
+    assert 1.0 <= worst < 1.002
