@@ -24,6 +24,7 @@ import argparse
 import datetime
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -119,19 +120,35 @@ def sdpa_cases(args, k16, v16, q):
     return out
 
 
+def _SMEM_BYTES():
+    from witcert_cupy import _cuda_extend
+
+    return _cuda_extend._source_define("XT_SMEM_BYTES")
+
+
 def use_variant(spec):
     """Build the extend kernel as variant ``spec``: comma-separated ``NAME=VALUE`` defines added to
-    the library's options, and ``src=PATH`` for another version of ``cuda/extend_tc.cu`` (an earlier
-    commit's, so that two versions are timed in one process).  ``''`` is the shipped kernel."""
+    the library's options, ``WGMMA=0|1`` to force the extend's tensor-core path, and ``src=PATH`` for
+    another version of ``cuda/extend_tc.cu`` (an earlier commit's, so that two versions are timed in
+    one process).  ``''`` is the shipped kernel."""
     from witcert_cupy import _cuda
 
     base_opts = getattr(_cuda, "_bench_base_options", None) or _cuda.options()
     base_inline = getattr(_cuda, "_bench_base_inline", None) or _cuda.inline_source
     _cuda._bench_base_options, _cuda._bench_base_inline = base_opts, base_inline
+    from witcert_cupy import _cuda_extend
+
     extra, src = [], None
+    _cuda_extend.WGMMA = None
+    _cuda_extend.smem_bytes = _SMEM_BYTES
     for item in filter(None, spec.split(",")):
         if item.startswith("src="):
             src = Path(item[4:]).read_text()
+            # an earlier version's own shared-memory size
+            m = re.search(r"#define XT_SMEM_BYTES (\d+)", src)
+            _cuda_extend.smem_bytes = (lambda v: (lambda: v))(int(m.group(1)))
+        elif item.startswith("WGMMA="):
+            _cuda_extend.WGMMA = bool(int(item.split("=")[1]))
         else:
             extra.append(f"-D{item}")
     _cuda.options = lambda: base_opts + tuple(extra)

@@ -37,23 +37,29 @@
 #define XT_TILE 64
 #define XT_D 128
 #define XT_NG 4       // scale groups of 32 channels
-#define XT_PITCH 136  // halves per shared row: 272 B, so the 8 rows an ldmatrix reads hit distinct banks
+#define XT_PITCH 136  // halves per query row: 272 B, so the 8 rows an ldmatrix reads hit distinct banks
 #define XT_LOG2E 1.4426950408889634f
 #define XT_LN2 0.6931471805599453f   // rounds to 0x3F317218, above ln 2
 #define XT_LOG2E_UP 1.4426951408386230f  // 0x3FB8AA3C: the float just above log2(e)
 
 #define XT_WARPS 8
+#ifndef XT_WGMMA
+#define XT_WGMMA 0  // 1 (sm_90a only): the logits and P·V̂ by warpgroup mma (wgmma), else by mma.sync
+#endif
 #ifndef XT_FASTPATH
 #define XT_FASTPATH 1  // 0: every tile through the masked instance (bench/extend.py --variant)
 #endif
 #define XT_THREADS (32 * XT_WARPS)
 #define XT_ROWS (16 * XT_WARPS)  // query rows per CTA: 16 per warp
 
-// one dequantized KV tile
+// One dequantized KV tile.  The three 64 × 128 fp16 arrays are stored as 8 × 8 blocks of 128 bytes
+// (8 tokens, each with 8 consecutive channels): the canonical no-swizzle layout of the wgmma
+// descriptors, which serves K as a K-major and V̂ as an MN-major operand, and whose 16-byte rows
+// ldmatrix reads without bank conflicts.
 struct XtTile {
-    u16 kc[XT_TILE][XT_PITCH];        // K codes, exact in fp16
-    u16 kx[XT_TILE][XT_PITCH];        // −ξ of K, exact in fp16
-    u16 vh[XT_TILE][XT_PITCH];        // V̂ rounded to fp16
+    u16 kc[XT_TILE * XT_D];           // K codes, exact in fp16
+    u16 kx[XT_TILE * XT_D];           // −ξ of K, exact in fp16
+    u16 vh[XT_TILE * XT_D];           // V̂ rounded to fp16
     float sk[XT_NG][XT_TILE];         // K scales [group][token]: the column scaling after each group's mma
     float skt[XT_TILE][XT_NG][2];     // per token and group: (s_g² rounded up to tf32, s_g): c_t's B operands
 };
@@ -69,10 +75,16 @@ struct XtShared {
     u32 stg_sc[2][XT_TILE][2];  // their scales: each half-row's two groups (4 bytes)
 };
 // the launch layer reads this number from here (witcert_cupy/_cuda_extend.py): 8 warps, 128 rows
-#define XT_SMEM_BYTES 206848
+#define XT_SMEM_BYTES 200704
 static_assert(sizeof(XtShared) == XT_SMEM_BYTES, "XT_SMEM_BYTES must be sizeof(XtShared)");
 // one dequantization item (side, token, half-row) per thread: 2 sides × 64 tokens × 2 halves
 static_assert(4 * XT_TILE == XT_THREADS, "the dequantization gives each thread exactly one half-row");
+
+// element (token t, channel c) of a tile array: 8-token groups 2048 B apart, 8-channel blocks 128 B
+// apart, 16 B per token within a block
+WC_D int xt_off(int t, int c) { return (t >> 3) * 1024 + (c >> 3) * 64 + (t & 7) * 8 + (c & 7); }
+#define XT_TOKEN_GROUP_BYTES 2048
+#define XT_CHANNEL_BLOCK_BYTES 128
 
 WC_D void ldsm_x4(u32 (&r)[4], const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -118,6 +130,45 @@ WC_D void mma_tf32_k4(float (&c)[4], u32 a0, u32 a1, u32 b0) {
         : "r"(a0), "r"(a1), "r"(b0));
 }
 
+#if XT_WGMMA
+// a no-swizzle shared-memory matrix descriptor: start address, leading- and stride-dimension byte
+// offsets (each >> 4; layout type 0)
+WC_D u64 wg_desc(u32 addr, u32 lbo, u32 sbo) {
+    return (u64)((addr >> 4) & 0x3FFFu) | ((u64)((lbo >> 4) & 0x3FFFu) << 16) | ((u64)((sbo >> 4) & 0x3FFFu) << 32);
+}
+WC_D void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+WC_D void wg_commit_wait() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+#define XT_ACC4(d, j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+// d (+)= a·B for the warpgroup's 64 rows × 64 tokens, k = 16: a is this warp's m16n8k16 A fragment, B
+// is K-major (tokens × channels) in shared memory; SCALE_D 0 overwrites d
+template <int SCALE_D>
+WC_D void wg_qk(float (&d)[8][4], const u32 (&a)[4], u64 b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,"
+        "%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, "
+        "1, 1, 0;\n}\n"
+        : XT_ACC4(d, 0), XT_ACC4(d, 1), XT_ACC4(d, 2), XT_ACC4(d, 3), XT_ACC4(d, 4), XT_ACC4(d, 5),
+          XT_ACC4(d, 6), XT_ACC4(d, 7)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(SCALE_D));
+}
+// o += p·V̂ for the warpgroup's 64 rows × 128 channels, k = 16 tokens: V̂ MN-major in shared memory
+WC_D void wg_pv(float (&d)[16][4], const u32 (&a)[4], u64 b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,"
+        "%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,"
+        "%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+        "{%64,%65,%66,%67}, %68, 1, 1, 1, 1;\n"
+        : XT_ACC4(d, 0), XT_ACC4(d, 1), XT_ACC4(d, 2), XT_ACC4(d, 3), XT_ACC4(d, 4), XT_ACC4(d, 5),
+          XT_ACC4(d, 6), XT_ACC4(d, 7), XT_ACC4(d, 8), XT_ACC4(d, 9), XT_ACC4(d, 10), XT_ACC4(d, 11),
+          XT_ACC4(d, 12), XT_ACC4(d, 13), XT_ACC4(d, 14), XT_ACC4(d, 15)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+#endif
+
 // the smallest tf32 value at or above x (x ≥ 0 or +inf; a carry into the exponent gives +inf)
 WC_D float tf32_up(float x) { return __uint_as_float((__float_as_uint(x) + 0x1FFFu) & 0xFFFFE000u); }
 
@@ -126,11 +177,6 @@ WC_D float sqrt_approx(float x) {
     asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
     return r;
 }
-
-template <bool B>
-struct XtMask {
-    static constexpr bool value = B;
-};
 
 WC_D float xt_quad_max(float v) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -333,12 +379,16 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
 #pragma unroll 2  // two Philox calls in flight per thread
         for (int k = 0; k < 4; ++k) {
             const int chunk = hf * 4 + k;  // 16 channels per 8-bit Philox call (SPEC §2)
-            uint4* d0 = reinterpret_cast<uint4*>(side == 0 ? &tl.kc[at][hf * 64 + 16 * k]
-                                                           : &tl.vh[at][hf * 64 + 16 * k]);
-            uint4* d1 = reinterpret_cast<uint4*>(&tl.kx[at][hf * 64 + 16 * k]);
+            // the half-row's channels c, c + 8 of this call sit in two 8-channel blocks
+            const int c = hf * 64 + 16 * k;
+            u16* b0 = side == 0 ? tl.kc : tl.vh;
+            uint4* d0a = reinterpret_cast<uint4*>(&b0[xt_off(at, c)]);
+            uint4* d0b = reinterpret_cast<uint4*>(&b0[xt_off(at, c + 8)]);
+            uint4* d1a = reinterpret_cast<uint4*>(&tl.kx[xt_off(at, c)]);
+            uint4* d1b = reinterpret_cast<uint4*>(&tl.kx[xt_off(at, c + 8)]);
             if (!valid) {
-                d0[0] = d0[1] = make_uint4(0u, 0u, 0u, 0u);
-                if (side == 0) d1[0] = d1[1] = make_uint4(0u, 0u, 0u, 0u);
+                *d0a = *d0b = make_uint4(0u, 0u, 0u, 0u);
+                if (side == 0) *d1a = *d1b = make_uint4(0u, 0u, 0u, 0u);
                 continue;
             }
             const int4 raw = sh.stg[side][at][hf * 4 + k];
@@ -357,10 +407,10 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                     xh[2 * w] = hsub2(hfma2(__byte_perm(xw[w], 0x64646464u, 0x5140), cm256, c4_5), c512);
                     xh[2 * w + 1] = hsub2(hfma2(__byte_perm(xw[w], 0x64646464u, 0x5342), cm256, c4_5), c512);
                 }
-                d0[0] = make_uint4(kh[0], kh[1], kh[2], kh[3]);
-                d0[1] = make_uint4(kh[4], kh[5], kh[6], kh[7]);
-                d1[0] = make_uint4(xh[0], xh[1], xh[2], xh[3]);
-                d1[1] = make_uint4(xh[4], xh[5], xh[6], xh[7]);
+                *d0a = make_uint4(kh[0], kh[1], kh[2], kh[3]);
+                *d0b = make_uint4(kh[4], kh[5], kh[6], kh[7]);
+                *d1a = make_uint4(xh[0], xh[1], xh[2], xh[3]);
+                *d1b = make_uint4(xh[4], xh[5], xh[6], xh[7]);
             } else {
                 const float sbv = k < 2 ? sb[0] : sb[1], nsb = -sbv * 0.001953125f;
                 u32 vhw[8];
@@ -381,10 +431,14 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                     vhw[2 * w] = pack_f16x2(xv[0], xv[1]);
                     vhw[2 * w + 1] = pack_f16x2(xv[2], xv[3]);
                 }
-                d0[0] = make_uint4(vhw[0], vhw[1], vhw[2], vhw[3]);
-                d0[1] = make_uint4(vhw[4], vhw[5], vhw[6], vhw[7]);
+                *d0a = make_uint4(vhw[0], vhw[1], vhw[2], vhw[3]);
+                *d0b = make_uint4(vhw[4], vhw[5], vhw[6], vhw[7]);
             }
         }
+#if XT_WGMMA
+        // the tile is read next by the tensor cores' asynchronous proxy
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
     };
 
     if (ta < tb) {
@@ -399,11 +453,15 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     }
     __syncthreads();
 
+    // one group's logits (the wgmma path overwrites it: zeroed once so that it is never undefined)
+    float acc[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
     int buf = 0;
     for (i64 t0 = ta; t0 < tb; t0 += XT_TILE, buf ^= 1) {
         const XtTile& tl = sh.tile[buf];
 
-        // ---- B: logits of 16 rows × 64 tokens per warp: per group, three mma per k16 step
+        // ---- B: logits of 16 rows × 64 tokens per warp: per group, three products per k16 step
         float S[8][4];
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) S[nt][0] = S[nt][1] = S[nt][2] = S[nt][3] = 0.0f;
@@ -415,13 +473,32 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                 ldsm_x4(qa[kk], &sh.qh[wr0 + (lane & 15)][32 * gg + 16 * kk + (lane >> 4) * 8]);
                 ldsm_x4(qb[kk], &sh.ql[wr0 + (lane & 15)][32 * gg + 16 * kk + (lane >> 4) * 8]);
             }
-            float acc[8][4];
+#if XT_WGMMA
+            // the warpgroup's 64 rows × 64 tokens at once; K read from shared memory by the tensor cores
+            {
+                const u32 kc0 = smem_addr(tl.kc) + 2 * gg * 2 * XT_CHANNEL_BLOCK_BYTES;
+                const u32 kx0 = smem_addr(tl.kx) + 2 * gg * 2 * XT_CHANNEL_BLOCK_BYTES;
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < 2; ++kk) {
+                    const u64 dk = wg_desc(kc0 + kk * 2 * XT_CHANNEL_BLOCK_BYTES, XT_CHANNEL_BLOCK_BYTES, XT_TOKEN_GROUP_BYTES);
+                    const u64 dx = wg_desc(kx0 + kk * 2 * XT_CHANNEL_BLOCK_BYTES, XT_CHANNEL_BLOCK_BYTES, XT_TOKEN_GROUP_BYTES);
+                    if (kk == 0)
+                        wg_qk<0>(acc, qa[kk], dk);
+                    else
+                        wg_qk<1>(acc, qa[kk], dk);
+                    wg_qk<1>(acc, qb[kk], dk);
+                    wg_qk<1>(acc, qa[kk], dx);
+                }
+                wg_commit_wait();
+            }
+#else
 #pragma unroll
             for (int nt = 0; nt < 8; ++nt) {
                 acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
                 u32 kb[4], xb[4];
-                ldsm_x4(kb, &tl.kc[8 * nt + (lane & 7)][32 * gg + (lane >> 3) * 8]);
-                ldsm_x4(xb, &tl.kx[8 * nt + (lane & 7)][32 * gg + (lane >> 3) * 8]);
+                ldsm_x4(kb, &tl.kc[xt_off(8 * nt + (lane & 7), 32 * gg + (lane >> 3) * 8)]);
+                ldsm_x4(xb, &tl.kx[xt_off(8 * nt + (lane & 7), 32 * gg + (lane >> 3) * 8)]);
                 mma_f16(acc[nt], qa[0], kb[0], kb[1]);
                 mma_f16(acc[nt], qb[0], kb[0], kb[1]);
                 mma_f16(acc[nt], qa[0], xb[0], xb[1]);
@@ -429,6 +506,7 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                 mma_f16(acc[nt], qb[1], kb[2], kb[3]);
                 mma_f16(acc[nt], qa[1], xb[2], xb[3]);
             }
+#endif
 #pragma unroll
             for (int nt = 0; nt < 8; ++nt) {
                 const float2 skv = *reinterpret_cast<const float2*>(&tl.sk[gg][8 * nt + 2 * tig]);
@@ -461,8 +539,10 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
         // rows without a query (rl = 0) never store, so they do not hold the warp on the masked path
         const bool full = XT_FASTPATH && __all_sync(0xffffffffu, (rl[0] == 0 || t0 + XT_TILE <= lim[0]) &&
                                                                       (rl[1] == 0 || t0 + XT_TILE <= lim[1]));
-        auto tile_step = [&](auto mask_tag) {
-            constexpr bool MASK = decltype(mask_tag)::value;
+        u32 pa[4][4];  // P in fp16, the A fragments of the four k16 steps of P·V̂
+        // called with a constant: each call site is inlined and folds MASK (no generic lambda: NVRTC
+        // takes those for host functions)
+        auto tile_step = [&](const bool MASK) {
             float tmx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
             for (int nt = 0; nt < 8; ++nt) {
@@ -498,11 +578,10 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
             const u32 ca[4] = {__float_as_uint(sh.rowc[wr0 + grp][tig]), __float_as_uint(sh.rowc[wr0 + grp + 8][tig]),
                                __float_as_uint(sh.rowc[wr0 + grp][4 + tig]),
                                __float_as_uint(sh.rowc[wr0 + grp + 8][4 + tig])};
-            // per k16 step of 16 tokens: probabilities, c_t and λ, then o += P·V̂ (V̂ fragments by
-            // transposed ldmatrix); the C fragments of token tiles 2kk and 2kk+1 are the A fragment
+            // per k16 step of 16 tokens: probabilities, c_t and λ; the C fragments of token tiles 2kk
+            // and 2kk+1 are the A fragment of P·V̂
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
-                u32 pa[4];
 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
                     const int nt = 2 * kk + half;
@@ -529,22 +608,35 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                             l2[rr] += exp2f(__fadd_rn(c2, d));
                         }
                     }
-                    pa[2 * half] = pack_f16x2(p[0], p[1]);
-                    pa[2 * half + 1] = pack_f16x2(p[2], p[3]);
-                }
-#pragma unroll
-                for (int np = 0; np < 8; ++np) {
-                    u32 vb[4];
-                    ldsm_x4_trans(vb, &tl.vh[16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8][16 * np + (lane >> 4) * 8]);
-                    mma_f16(o[2 * np], pa, vb[0], vb[1]);
-                    mma_f16(o[2 * np + 1], pa, vb[2], vb[3]);
+                    pa[kk][2 * half] = pack_f16x2(p[0], p[1]);
+                    pa[kk][2 * half + 1] = pack_f16x2(p[2], p[3]);
                 }
             }
         };
         if (full)
-            tile_step(XtMask<false>{});
+            tile_step(false);
         else
-            tile_step(XtMask<true>{});
+            tile_step(true);
+        // o += P·V̂, outside the two instances (a wgmma is one instruction for all four warps)
+#if XT_WGMMA
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+            wg_pv(o, pa[kk], wg_desc(smem_addr(tl.vh) + kk * 2 * XT_TOKEN_GROUP_BYTES, XT_TOKEN_GROUP_BYTES,
+                                     XT_CHANNEL_BLOCK_BYTES));
+        wg_commit_wait();
+#else
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+            for (int np = 0; np < 8; ++np) {  // V̂ fragments by transposed ldmatrix
+                u32 vb[4];
+                ldsm_x4_trans(vb, &tl.vh[xt_off(16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8, 16 * np + (lane >> 4) * 8)]);
+                mma_f16(o[2 * np], pa[kk], vb[0], vb[1]);
+                mma_f16(o[2 * np + 1], pa[kk], vb[2], vb[3]);
+            }
+        }
+#endif
         __syncthreads();  // the next tile's buffer is complete; this one may be overwritten
     }
 

@@ -53,6 +53,29 @@ def test_compiles_for_sm90_without_spills_or_warnings(name, tmp_path):
             assert any(f"extend_tc_stage1ILi{g}EEv" in e for e in entries), g
 
 
+def test_extend_wgmma_path_compiles_for_sm90a_without_spills_or_warnings(tmp_path):
+    """The extend kernel's warpgroup-mma path (XT_WGMMA=1) needs the sm_90a target."""
+    from witcert_cupy import _cuda_extend
+
+    cmd = [NVCC, "--cubin", "-gencode=arch=compute_90a,code=sm_90a", "-ftz=true", "-Xptxas", "-v", "-Werror",
+           "all-warnings", *_cuda.options(), *_cuda_extend.kernel_options(True)[1:], "-DWITCERT_INSTANTIATE_ALL",
+           "-I", str(_cuda.kernel_dir()), str(_cuda.kernel_dir() / "extend_tc.cu"), "-o", str(tmp_path / "k.cubin")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log
+    assert "warning" not in log.lower(), log  # ptxas warns when it must serialize wgmma
+    entries = re.findall(r"Compiling entry function '([^']+)'", log)
+    spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert len(entries) == 8 and len(spills) >= 8, log
+    assert not [s for s in spills if any(int(v) for v in s)], spills
+    for g in range(1, 9):
+        assert any(f"extend_tc_stage1ILi{g}EEv" in e for e in entries), g
+    # and the path needs the sm_90a target: plain sm_90 rejects it
+    bad = subprocess.run([c if c != "-gencode=arch=compute_90a,code=sm_90a" else "-arch=sm_90" for c in cmd],
+                         capture_output=True, text=True, timeout=900)
+    assert bad.returncode != 0 and "wgmma" in (bad.stdout + bad.stderr)
+
+
 def test_inlined_source_is_self_contained(tmp_path):
     """What CuPy compiles (headers inlined, no include path) builds on its own."""
     for name in SOURCES:
@@ -120,6 +143,14 @@ def test_compiles_with_nvrtc_as_cupy_does(name):
     ok, log = compile_nvrtc(src, name, ["-arch=sm_90", "-ftz=true", *_cuda.options()])
     assert ok, log
     assert "warning" not in log.lower(), log
+    if name == "extend_tc.cu":  # the wgmma path as the launch layer builds it: its -arch beside CuPy's
+        from witcert_cupy import _cuda_extend
+
+        src += "\nWC_XT_INST(4)\n"
+        ok, log = compile_nvrtc(src, name, [*_cuda.options(), *_cuda_extend.kernel_options(True), "-arch=sm_90",
+                                            "-ftz=true"])
+        assert ok, log
+        assert "warning" not in log.lower(), log
 
 
 def test_kernels_found_in_the_wheel_layout(tmp_path):

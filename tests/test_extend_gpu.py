@@ -233,6 +233,46 @@ def test_tc_certificate_operands_hold_across_dynamic_range():
         assert np.array_equal(_np(getattr(res_big, f))[keep], _np(getattr(res, f))[keep]), f
 
 
+@pytest.mark.parametrize("G", [4, 7])
+def test_tc_extend_wgmma_and_mma_sync_paths_agree(G, monkeypatch):
+    """The two tensor-core paths of cuda/extend_tc.cu (warpgroup mma on sm_90, mma.sync elsewhere)
+    read the same shared tiles and meet every rule against the references; their logits differ only
+    in the tensor cores' fp32 accumulation order."""
+    from witcert_cupy import _cuda_extend
+
+    rng = np.random.default_rng(40 + G)
+    H = 2
+    lengths, news = [333, 90], [70, 90]
+    npages = [-(-n // PS) for n in lengths]
+    cpu, gpu = pools(sum(npages) + 2, H)
+    perm = rng.permutation(sum(npages) + 2)
+    page_lists = [perm[:npages[0]], perm[npages[0]:npages[0] + npages[1]]]
+    for pl, n in zip(page_lists, lengths):
+        k = random_rows(rng, n, H, D, massive=[(3, 20.0)])
+        v = random_rows(rng, n, H, D)
+        for p in (cpu, gpu):
+            put(p, slots_of(pl, 0, n), k, v)
+    qo = np.concatenate([[0], np.cumsum(news)]).astype(np.int32)
+    q = (1.5 * rng.standard_normal((qo[-1], H * G, D))).astype(np.float32)
+    tabs = table(page_lists, lengths)
+    cert = wc.CertConfig(steps=int(max(news)))
+    cpu_res = run(cpu, q, qo, tabs, cert=cert)
+    out = {}
+    for path in (False, True):
+        if path and tuple(gpu._dev.compute_capability) != (9, 0):
+            continue  # the sm_90a target runs on compute capability 9.0 only
+        monkeypatch.setattr(_cuda_extend, "WGMMA", path)
+        out[path] = run(gpu, q, qo, tabs, cert=cert)
+        assert out[path].kernel == "extend_tc"
+        check_against_references(out[path], cpu_res, cpu, q, qo, tabs)
+    assert len(out) == 2, "this test runs on an H100/H200 (compute capability 9.0)"
+    a, b = out[False], out[True]
+    lse_a, lse_b = _np(a.lse), _np(b.lse)
+    assert np.all(np.abs(lse_a - lse_b) <= 2e-5 * np.maximum(1.0, np.abs(lse_a)))
+    assert np.abs(_np(a.o) - _np(b.o)).max() <= 2e-3 * np.abs(_np(a.o)).max()
+    assert np.allclose(_np(a.cmax), _np(b.cmax), rtol=1e-6) and np.allclose(_np(a.log_a), _np(b.log_a), atol=1e-4)
+
+
 def test_tc_nonfinite_slot_gives_infinite_certificate():
     rng = np.random.default_rng(5)
     H, G, S = 1, 4, 96

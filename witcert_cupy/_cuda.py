@@ -91,11 +91,11 @@ def options() -> tuple:
 
 
 @functools.lru_cache(maxsize=None)
-def _module(filename: str, name_expressions: tuple = ()):
+def _module(filename: str, name_expressions: tuple = (), extra_options: tuple = ()):
     import cupy as cp
 
     try:
-        mod = cp.RawModule(code=inline_source(filename), options=options(),
+        mod = cp.RawModule(code=inline_source(filename), options=options() + tuple(extra_options),
                            name_expressions=name_expressions or None)
         mod.compile()
     except cp.cuda.compiler.CompileException as e:
@@ -104,11 +104,13 @@ def _module(filename: str, name_expressions: tuple = ()):
     return mod
 
 
-def kernel(filename: str, name: str, template: str | None = None):
-    """The function ``name`` (or the instantiation ``template``) of ``cuda/filename``."""
+def kernel(filename: str, name: str, template: str | None = None, extra_options: tuple = ()):
+    """The function ``name`` (or the instantiation ``template``) of ``cuda/filename``, compiled with the
+    library's options plus ``extra_options`` (e.g. ``-arch=sm_90a``: NVRTC takes it beside CuPy's own
+    ``-arch=sm_90``, and the architecture-specific target wins)."""
     if template is None:
-        return _module(filename).get_function(name)
-    return _module(filename, (template,)).get_function(template)
+        return _module(filename, (), tuple(extra_options)).get_function(name)
+    return _module(filename, (template,), tuple(extra_options)).get_function(template)
 
 
 # threads per CTA of decode_stage1_v2: cuda/decode_v2.cu's V2_THREADS (tests/test_cuda_compile.py
@@ -394,6 +396,7 @@ class _DeviceBase:
             self.exact_ptr = self._pinned.ptr
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         self.num_sms = int(props["multiProcessorCount"])
+        self.compute_capability = (int(props["major"]), int(props["minor"]))
 
     @property
     def bad_slot_writes(self):

@@ -32,6 +32,21 @@ def smem_bytes() -> int:
 # warps per CTA, from the kernel source; 16 query rows (new token × query head of one kv head) each
 WARPS = _source_define("XT_WARPS")
 
+# The logits and P·V̂ by warpgroup mma (wgmma, cuda/extend_tc.cu with XT_WGMMA=1): None chooses it on
+# compute capability 9.0 exactly (the sm_90a target runs nowhere else); True/False force either path
+# (the GPU tests compare them; ``bench/extend.py --variant WGMMA=0`` times the mma.sync path).
+WGMMA = None
+
+
+def uses_wgmma(dev) -> bool:
+    """Whether the extend kernel on ``dev`` (a pool's device state) takes the wgmma path."""
+    return bool(WGMMA) if WGMMA is not None else tuple(dev.compute_capability) == (9, 0)
+
+
+def kernel_options(wgmma: bool) -> tuple:
+    """Extra compile options of the extend kernel: sm_90a and XT_WGMMA=1 for the wgmma path."""
+    return ("-arch=sm_90a", "-DXT_WGMMA=1") if wgmma else ()
+
 
 def tc_extend_applies(pool, cert, num_q_heads) -> str | None:
     """None when the tensor-core kernel serves this pool and certificate, else the reason why not."""
@@ -104,7 +119,8 @@ class ExtendPlan:
         cfg = p.config
         k0, k1 = cfg.seed_words
         logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
-        self.stage1 = kernel("extend_tc.cu", None, f"extend_tc_stage1<{G}>")
+        self.wgmma = uses_wgmma(dev)
+        self.stage1 = kernel("extend_tc.cu", None, f"extend_tc_stage1<{G}>", kernel_options(self.wgmma))
         self.smem = smem_bytes()
         self.stage1.max_dynamic_shared_size_bytes = self.smem
         # the largest shared-memory carveout: 202 KB of shared memory per CTA
