@@ -20,13 +20,18 @@
 //   them, from operands rounded UP to tf32 (an fp16 scale is exact in tf32; its square and the row
 //   coefficients, with C_EVAL_SLACK and log2 e folded in, are rounded up): docs/certificate.md §9.
 //
-// Layout: grid (num_tiles, H, num_splits), block 256 = 8 warps × 16 rows.  Row r of the tile is
-// (token r / G, head r % G).  Per KV tile of 64 tokens: every thread dequantizes one half-row of K or
-// of V (4 Philox calls; its raw codes and scales arrived by cp.async a tile earlier) into one of two
-// padded shared buffers; each warp runs its 16 rows × 64 tokens of the other buffer through
-// m16n8k16 mma (fragments by ldmatrix), forms c_t, updates the online softmax and λ, and accumulates
-// o; then it dequantizes the next tile, and one barrier per tile separates the two.  Shared memory
-// 202 KB (dynamic), 254–255 registers: 1 CTA per SM.
+// Layout: grid (num_tiles, H, num_splits), block 256 = 8 warps × 16 rows = 2 warpgroups × 64 rows.
+// Row r of the tile is (token r / G, head r % G).  Per KV tile of 64 tokens: every thread dequantizes
+// one half-row of K or of V (4 Philox calls; its raw codes and scales arrived by cp.async a tile
+// earlier) into one of two shared buffers, while the CTA computes on the other:
+//   - logits: on sm_90 (XT_WGMMA, the sm_90a target) each warpgroup's 64 rows × 64 tokens by
+//     warpgroup mma with Q and K read from shared memory, a group's six products running while the
+//     previous group is scaled; elsewhere per warp by m16n8k16 mma.sync with ldmatrix fragments;
+//   - per warp: c_t by tf32 mma, the online softmax and λ (the unmasked instance for tiles that every
+//     row attends);
+//   - o += P·V̂ with P from registers (wgmma: V̂ read by the tensor cores), then the next tile's
+//     dequantization while it runs, and one barrier.
+// Shared memory 192 KB (dynamic); 238 registers (wgmma) or 255 (mma.sync): 1 CTA per SM.
 // Never reads out of bounds: page ids outside the pool, an inconsistent kv_indptr, a bad last-page
 // length or more new tokens than the request holds poison the split (NaN output, infinite
 // certificate), as in the decode kernels; a non-finite scale in a tile poisons the split too.
@@ -37,7 +42,6 @@
 #define XT_TILE 64
 #define XT_D 128
 #define XT_NG 4       // scale groups of 32 channels
-#define XT_PITCH 136  // halves per query row: 272 B, so the 8 rows an ldmatrix reads hit distinct banks
 #define XT_LOG2E 1.4426950408889634f
 #define XT_LN2 0.6931471805599453f   // rounds to 0x3F317218, above ln 2
 #define XT_LOG2E_UP 1.4426951408386230f  // 0x3FB8AA3C: the float just above log2(e)
@@ -65,8 +69,8 @@ struct XtTile {
 };
 
 struct XtShared {
-    u16 qh[XT_ROWS][XT_PITCH];     // row-scaled query, high fp16 part
-    u16 ql[XT_ROWS][XT_PITCH];     // low part: qs − qh rounded to fp16
+    u16 qh[XT_ROWS * XT_D];        // row-scaled query, high fp16 part (8 × 8 blocks, as the tiles)
+    u16 ql[XT_ROWS * XT_D];        // low part: qs − qh rounded to fp16
     XtTile tile[2];  // two buffers: tile i+1 is written while tile i is read
     float rowc[XT_ROWS][12];       // per row: c_t's A operands (u² coefficients [4], β coefficients [4]), ℓ̃ scale, infinite-c_t flag
     int rowlen[XT_ROWS];           // tokens the row attends (0: no query in this row)
@@ -75,7 +79,7 @@ struct XtShared {
     u32 stg_sc[2][XT_TILE][2];  // their scales: each half-row's two groups (4 bytes)
 };
 // the launch layer reads this number from here (witcert_cupy/_cuda_extend.py): 8 warps, 128 rows
-#define XT_SMEM_BYTES 200704
+#define XT_SMEM_BYTES 196608
 static_assert(sizeof(XtShared) == XT_SMEM_BYTES, "XT_SMEM_BYTES must be sizeof(XtShared)");
 // one dequantization item (side, token, half-row) per thread: 2 sides × 64 tokens × 2 halves
 static_assert(4 * XT_TILE == XT_THREADS, "the dequantization gives each thread exactly one half-row");
@@ -137,24 +141,22 @@ WC_D u64 wg_desc(u32 addr, u32 lbo, u32 sbo) {
     return (u64)((addr >> 4) & 0x3FFFu) | ((u64)((lbo >> 4) & 0x3FFFu) << 16) | ((u64)((sbo >> 4) & 0x3FFFu) << 32);
 }
 WC_D void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-WC_D void wg_commit_wait() {
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-}
 #define XT_ACC4(d, j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
-// d (+)= a·B for the warpgroup's 64 rows × 64 tokens, k = 16: a is this warp's m16n8k16 A fragment, B
-// is K-major (tokens × channels) in shared memory; SCALE_D 0 overwrites d
+// d (+)= A·B for the warpgroup's 64 rows × 64 tokens, k = 16, both from shared memory (A rows ×
+// channels, B tokens × channels: K-major); SCALE_D 0 overwrites d
 template <int SCALE_D>
-WC_D void wg_qk(float (&d)[8][4], const u32 (&a)[4], u64 b) {
+WC_D void wg_qk_ss(float (&d)[8][4], u64 a, u64 b) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,"
-        "%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, "
-        "1, 1, 0;\n}\n"
+        "%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
         : XT_ACC4(d, 0), XT_ACC4(d, 1), XT_ACC4(d, 2), XT_ACC4(d, 3), XT_ACC4(d, 4), XT_ACC4(d, 5),
           XT_ACC4(d, 6), XT_ACC4(d, 7)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(SCALE_D));
+        : "l"(a), "l"(b), "n"(SCALE_D));
 }
+template <int N>
+WC_D void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+WC_D void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 // o += p·V̂ for the warpgroup's 64 rows × 128 channels, k = 16 tokens: V̂ MN-major in shared memory
 WC_D void wg_pv(float (&d)[16][4], const u32 (&a)[4], u64 b) {
     asm volatile(
@@ -277,8 +279,8 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                     e1 += fabsf(r1);
                     e2 += fabsf(r2);
                 }
-                *reinterpret_cast<u32*>(&sh.qh[r][hf * 64 + gg * 32 + i]) = hw;
-                *reinterpret_cast<u32*>(&sh.ql[r][hf * 64 + gg * 32 + i]) = lw;
+                *reinterpret_cast<u32*>(&sh.qh[xt_off(r, hf * 64 + gg * 32 + i)]) = hw;
+                *reinterpret_cast<u32*>(&sh.ql[xt_off(r, hf * 64 + gg * 32 + i)]) = lw;
             }
             e1 = ldexpf(e1, -shift);
             e2 = ldexpf(e2, -shift);
@@ -294,6 +296,9 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
             sh.rowlen[r] = rv ? (int)(causal ? S - n_new + (qi - qo0) + 1 : S) : 0;
             sh.rowout[r] = rv ? qi * Hq + h * G + g : -1;
         }
+#if XT_WGMMA
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the tensor cores read qh, ql
+#endif
     }
     __syncthreads();
 
@@ -453,16 +458,66 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     }
     __syncthreads();
 
-    // one group's logits (the wgmma path overwrites it: zeroed once so that it is never undefined)
-    float acc[8][4];
+    // a group's logits before its scale (two for the wgmma path, whose first product of a group
+    // overwrites them: zeroed once so that they are never undefined)
+    float acc[1 + XT_WGMMA][8][4];
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+    for (int b = 0; b <= XT_WGMMA; ++b)
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) acc[b][nt][0] = acc[b][nt][1] = acc[b][nt][2] = acc[b][nt][3] = 0.0f;
     int buf = 0;
     for (i64 t0 = ta; t0 < tb; t0 += XT_TILE, buf ^= 1) {
         const XtTile& tl = sh.tile[buf];
 
-        // ---- B: logits of 16 rows × 64 tokens per warp: per group, three products per k16 step
+        // ---- B: logits of 16 rows × 64 tokens per warp: per group, three products per k16 step, then
+        // the group's scale per token
         float S[8][4];
+#if XT_WGMMA
+        // the warpgroup's 64 rows × 64 tokens per instruction, Q and K read by the tensor cores; a
+        // group's six products run while the previous group is scaled (two accumulators)
+        {
+            const u32 q_rows = (u32)(warp >> 2) * 64 / 8 * XT_TOKEN_GROUP_BYTES;
+            const u32 qh0 = smem_addr(sh.qh) + q_rows, ql0 = smem_addr(sh.ql) + q_rows;
+            const u32 kc0 = smem_addr(tl.kc), kx0 = smem_addr(tl.kx);
+            auto issue_group = [&](int gg, float (&a)[8][4]) {
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < 2; ++kk) {
+                    const u32 off = (4 * gg + 2 * kk) * XT_CHANNEL_BLOCK_BYTES;  // channels 32gg + 16kk
+                    const u64 dqh = wg_desc(qh0 + off, XT_CHANNEL_BLOCK_BYTES, XT_TOKEN_GROUP_BYTES);
+                    const u64 dql = wg_desc(ql0 + off, XT_CHANNEL_BLOCK_BYTES, XT_TOKEN_GROUP_BYTES);
+                    const u64 dk = wg_desc(kc0 + off, XT_CHANNEL_BLOCK_BYTES, XT_TOKEN_GROUP_BYTES);
+                    const u64 dx = wg_desc(kx0 + off, XT_CHANNEL_BLOCK_BYTES, XT_TOKEN_GROUP_BYTES);
+                    if (kk == 0)
+                        wg_qk_ss<0>(a, dqh, dk);
+                    else
+                        wg_qk_ss<1>(a, dqh, dk);
+                    wg_qk_ss<1>(a, dql, dk);
+                    wg_qk_ss<1>(a, dqh, dx);
+                }
+                wg_commit();
+            };
+            issue_group(0, acc[0]);
+#pragma unroll
+            for (int gg = 0; gg < XT_NG; ++gg) {
+                if (gg + 1 < XT_NG) {
+                    issue_group(gg + 1, acc[(gg + 1) & 1]);
+                    wg_wait<1>();  // group gg is done
+                } else {
+                    wg_wait<0>();
+                }
+                const float(&ag)[8][4] = acc[gg & 1];
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt) {
+                    const float2 skv = *reinterpret_cast<const float2*>(&tl.sk[gg][8 * nt + 2 * tig]);
+                    S[nt][0] = gg == 0 ? __fmul_rn(skv.x, ag[nt][0]) : __fmaf_rn(skv.x, ag[nt][0], S[nt][0]);
+                    S[nt][1] = gg == 0 ? __fmul_rn(skv.y, ag[nt][1]) : __fmaf_rn(skv.y, ag[nt][1], S[nt][1]);
+                    S[nt][2] = gg == 0 ? __fmul_rn(skv.x, ag[nt][2]) : __fmaf_rn(skv.x, ag[nt][2], S[nt][2]);
+                    S[nt][3] = gg == 0 ? __fmul_rn(skv.y, ag[nt][3]) : __fmaf_rn(skv.y, ag[nt][3], S[nt][3]);
+                }
+            }
+        }
+#else
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) S[nt][0] = S[nt][1] = S[nt][2] = S[nt][3] = 0.0f;
 #pragma unroll 1  // one group's fragments live at a time (unrolled, ptxas hoists them all and spills)
@@ -470,63 +525,33 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
             u32 qa[2][4], qb[2][4];
 #pragma unroll
             for (int kk = 0; kk < 2; ++kk) {
-                ldsm_x4(qa[kk], &sh.qh[wr0 + (lane & 15)][32 * gg + 16 * kk + (lane >> 4) * 8]);
-                ldsm_x4(qb[kk], &sh.ql[wr0 + (lane & 15)][32 * gg + 16 * kk + (lane >> 4) * 8]);
+                ldsm_x4(qa[kk], &sh.qh[xt_off(wr0 + (lane & 15), 32 * gg + 16 * kk + (lane >> 4) * 8)]);
+                ldsm_x4(qb[kk], &sh.ql[xt_off(wr0 + (lane & 15), 32 * gg + 16 * kk + (lane >> 4) * 8)]);
             }
-#if XT_WGMMA
-            // the warpgroup's 64 rows × 64 tokens at once; K read from shared memory by the tensor cores
-            {
-                const u32 kc0 = smem_addr(tl.kc) + 2 * gg * 2 * XT_CHANNEL_BLOCK_BYTES;
-                const u32 kx0 = smem_addr(tl.kx) + 2 * gg * 2 * XT_CHANNEL_BLOCK_BYTES;
-                wg_fence();
-#pragma unroll
-                for (int kk = 0; kk < 2; ++kk) {
-                    const u64 dk = wg_desc(kc0 + kk * 2 * XT_CHANNEL_BLOCK_BYTES, XT_CHANNEL_BLOCK_BYTES, XT_TOKEN_GROUP_BYTES);
-                    const u64 dx = wg_desc(kx0 + kk * 2 * XT_CHANNEL_BLOCK_BYTES, XT_CHANNEL_BLOCK_BYTES, XT_TOKEN_GROUP_BYTES);
-                    if (kk == 0)
-                        wg_qk<0>(acc, qa[kk], dk);
-                    else
-                        wg_qk<1>(acc, qa[kk], dk);
-                    wg_qk<1>(acc, qb[kk], dk);
-                    wg_qk<1>(acc, qa[kk], dx);
-                }
-                wg_commit_wait();
-            }
-#else
+            float(&ac)[8][4] = acc[0];
 #pragma unroll
             for (int nt = 0; nt < 8; ++nt) {
-                acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+                ac[nt][0] = ac[nt][1] = ac[nt][2] = ac[nt][3] = 0.0f;
                 u32 kb[4], xb[4];
                 ldsm_x4(kb, &tl.kc[xt_off(8 * nt + (lane & 7), 32 * gg + (lane >> 3) * 8)]);
                 ldsm_x4(xb, &tl.kx[xt_off(8 * nt + (lane & 7), 32 * gg + (lane >> 3) * 8)]);
-                mma_f16(acc[nt], qa[0], kb[0], kb[1]);
-                mma_f16(acc[nt], qb[0], kb[0], kb[1]);
-                mma_f16(acc[nt], qa[0], xb[0], xb[1]);
-                mma_f16(acc[nt], qa[1], kb[2], kb[3]);
-                mma_f16(acc[nt], qb[1], kb[2], kb[3]);
-                mma_f16(acc[nt], qa[1], xb[2], xb[3]);
+                mma_f16(ac[nt], qa[0], kb[0], kb[1]);
+                mma_f16(ac[nt], qb[0], kb[0], kb[1]);
+                mma_f16(ac[nt], qa[0], xb[0], xb[1]);
+                mma_f16(ac[nt], qa[1], kb[2], kb[3]);
+                mma_f16(ac[nt], qb[1], kb[2], kb[3]);
+                mma_f16(ac[nt], qa[1], xb[2], xb[3]);
             }
-#endif
 #pragma unroll
             for (int nt = 0; nt < 8; ++nt) {
                 const float2 skv = *reinterpret_cast<const float2*>(&tl.sk[gg][8 * nt + 2 * tig]);
-                S[nt][0] = __fmaf_rn(skv.x, acc[nt][0], S[nt][0]);
-                S[nt][1] = __fmaf_rn(skv.y, acc[nt][1], S[nt][1]);
-                S[nt][2] = __fmaf_rn(skv.x, acc[nt][2], S[nt][2]);
-                S[nt][3] = __fmaf_rn(skv.y, acc[nt][3], S[nt][3]);
+                S[nt][0] = __fmaf_rn(skv.x, ac[nt][0], S[nt][0]);
+                S[nt][1] = __fmaf_rn(skv.y, ac[nt][1], S[nt][1]);
+                S[nt][2] = __fmaf_rn(skv.x, ac[nt][2], S[nt][2]);
+                S[nt][3] = __fmaf_rn(skv.y, ac[nt][3], S[nt][3]);
             }
         }
-
-        // the next tile into the other buffer (last read before the previous barrier), its successor's
-        // codes into the staging: a warp starts on it while this tile's mma drain and the other warps
-        // still compute
-        if (t0 + XT_TILE < tb) {
-            // the page ids of the tile after next: their load overlaps the dequantization
-            pg_next = t0 + 2 * XT_TILE < tb ? page_of(t0 + 2 * XT_TILE) : 0;
-            cp_async_wait_all();
-            dequant(buf ^ 1);
-            if (t0 + 2 * XT_TILE < tb) issue(t0 + 2 * XT_TILE);
-        }
+#endif
 
         // ---- C, D: online softmax, c_t and λ, o += P·V̂.  A warp whose rows attend every token of
         // the tile (all but a request's last tiles) takes the unmasked instance; both compute the same
@@ -624,7 +649,7 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
         for (int kk = 0; kk < 4; ++kk)
             wg_pv(o, pa[kk], wg_desc(smem_addr(tl.vh) + kk * 2 * XT_TOKEN_GROUP_BYTES, XT_TOKEN_GROUP_BYTES,
                                      XT_CHANNEL_BLOCK_BYTES));
-        wg_commit_wait();
+        wg_commit();
 #else
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
@@ -636,6 +661,19 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                 mma_f16(o[2 * np + 1], pa[kk], vb[2], vb[3]);
             }
         }
+#endif
+        // the next tile into the other buffer (last read before the previous barrier), its successor's
+        // codes into the staging, while this tile's P·V̂ runs on the tensor cores
+        if (t0 + XT_TILE < tb) {
+            // the page ids of the tile after next: their load overlaps the dequantization
+            pg_next = t0 + 2 * XT_TILE < tb ? page_of(t0 + 2 * XT_TILE) : 0;
+            cp_async_wait_all();
+            dequant(buf ^ 1);
+            if (t0 + 2 * XT_TILE < tb) issue(t0 + 2 * XT_TILE);
+        }
+
+#if XT_WGMMA
+        wg_wait<0>();  // P·V̂ done: its registers and this buffer are free
 #endif
         __syncthreads();  // the next tile's buffer is complete; this one may be overwritten
     }

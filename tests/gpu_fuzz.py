@@ -84,7 +84,9 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
 
 
 def extend_fuzz(rng, iters):
-    """The tensor-core extend kernel launched directly (no host validation) on garbage tables."""
+    """The tensor-core extend kernel launched directly (no host validation) on garbage tables, through
+    both of its paths (warpgroup mma where the GPU has it, and mma.sync)."""
+    from witcert_cupy import _cuda_extend
     from witcert_cupy._cuda_extend import ExtendPlan
 
     pool = wc.KVPool(1, 2, 128, 40, 16, wc.QuantConfig(128), backend="cuda")
@@ -110,6 +112,7 @@ def extend_fuzz(rng, iters):
                 news[b] = seq[b] + int(rng.integers(1, 50))  # more new tokens than the request holds
         qo = np.concatenate([[0], np.cumsum(news)]).astype(np.int32)
         G = int(rng.choice([1, 4, 7]))
+        _cuda_extend.WGMMA = None if it % 2 == 0 else False
         q = cp.asarray(rng.standard_normal((int(qo[-1]), 2 * G, 128)).astype(np.float32))
         plan = ExtendPlan(pool._dev, q, 0, qo, cp.asarray(indptr), cp.asarray(indices), cp.asarray(last), True,
                           0.088, wc.CertConfig(steps=64), int(rng.integers(1, 6)), int(npg.max()))
@@ -123,6 +126,7 @@ def extend_fuzz(rng, iters):
             else:
                 assert np.all(np.isfinite(o[rows])), (it, b)
                 n_good += 1
+    _cuda_extend.WGMMA = None
     print(f"extend fuzz: {n_good} good requests finite, {n_bad} bad requests NaN/inf")
 
 

@@ -123,7 +123,7 @@ class ExtendPlan:
         self.stage1 = kernel("extend_tc.cu", None, f"extend_tc_stage1<{G}>", kernel_options(self.wgmma))
         self.smem = smem_bytes()
         self.stage1.max_dynamic_shared_size_bytes = self.smem
-        # the largest shared-memory carveout: 202 KB of shared memory per CTA
+        # the largest shared-memory carveout: 192 KB of shared memory per CTA
         self.stage1.preferred_shared_memory_carveout = 100
         self.args1 = (self.q, p.codes, p.scales.view(cp.uint16), self.qo, self.tile_req, self.tile_q0, self.ip,
                       self.ix, self.ll, self.o_part, self.lse_part, self.lam_part, self.cmax_part,
