@@ -2,6 +2,9 @@
 Hkv = 8, d = 128, page 16, against torch SDPA fp16 with the same causal structure, in one process.
 
     PYTHONPATH=. python3 bench/extend.py [--new 2048] [--prefix 30720] [--reps 20] [--out DIR]
+    # another version beside the shipped one, in the same process:
+    git show e39b038:cuda/extend_tc.cu > /tmp/x31.cu   # (copy it into the tree for the device)
+    PYTHONPATH=. python3 bench/extend.py --variant '' --variant src=/tmp/x31.cu --variant WGMMA=0
 
 Methods (each timed as a CUDA graph, median of ``--reps`` replays, events):
 
