@@ -174,6 +174,8 @@ WC_D void wg_pv(float (&d)[16][4], const u32 (&a)[4], u64 b) {
 // the smallest tf32 value at or above x (x ≥ 0 or +inf; a carry into the exponent gives +inf)
 WC_D float tf32_up(float x) { return __uint_as_float((__float_as_uint(x) + 0x1FFFu) & 0xFFFFE000u); }
 
+// one MUFU op; its few-ulp error is inside C_EVAL_SLACK (docs/certificate.md §9, step 6), and
+// sqrt(0) = 0 needs no guard (u·rsqrt(u) did)
 WC_D float sqrt_approx(float x) {
     float r;
     asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
