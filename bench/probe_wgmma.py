@@ -66,6 +66,18 @@ __device__ __forceinline__ void afrag(u32 (&a)[4], const u16* M, int ld, int j) 
     a[3] = r1[8] | ((u32)r1[9] << 16);
 }
 
+// the warpgroup's accumulator (nb blocks of 8 columns) into a row-major [64][ld] matrix
+__device__ __forceinline__ void store_acc(float* D, int ld, const float* d, int nb) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, grp = lane >> 2, tig = lane & 3;
+    for (int j = 0; j < nb; ++j) {
+        const int m = 16 * w + grp, n = 8 * j + 2 * tig;
+        D[m * ld + n] = d[4 * j];
+        D[m * ld + n + 1] = d[4 * j + 1];
+        D[(m + 8) * ld + n] = d[4 * j + 2];
+        D[(m + 8) * ld + n + 1] = d[4 * j + 3];
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(128) wg_probe(const u16* A, const u16* B, const u16* P, const u16* V,
                                                            float* D1, float* D2) {
     __shared__ __align__(1024) u16 sB[64 * 128];
@@ -77,7 +89,6 @@ extern "C" __global__ void __launch_bounds__(128) wg_probe(const u16* A, const u
     }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, grp = lane >> 2, tig = lane & 3;
     float d[32];
     for (int i = 0; i < 32; ++i) d[i] = 0.f;
     u32 a[8][4];
@@ -87,13 +98,7 @@ extern "C" __global__ void __launch_bounds__(128) wg_probe(const u16* A, const u
     for (int j = 0; j < 8; ++j) wg_m64n64k16(d, a[j], gdesc(smem_u32(sB) + 256 * j, 128, 2048), j > 0);
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    for (int j = 0; j < 8; ++j) {
-        const int m = 16 * w + grp, n = 8 * j + 2 * tig;
-        D1[m * 64 + n] = d[4 * j];
-        D1[m * 64 + n + 1] = d[4 * j + 1];
-        D1[(m + 8) * 64 + n] = d[4 * j + 2];
-        D1[(m + 8) * 64 + n + 1] = d[4 * j + 3];
-    }
+    store_acc(D1, 64, d, 8);
     float o[64];
     for (int i = 0; i < 64; ++i) o[i] = 0.f;
     u32 p[4][4];
@@ -103,13 +108,7 @@ extern "C" __global__ void __launch_bounds__(128) wg_probe(const u16* A, const u
     for (int kk = 0; kk < 4; ++kk) wg_m64n128k16_t(o, p[kk], gdesc(smem_u32(sV) + 4096 * kk, 2048, 128), kk > 0);
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    for (int j = 0; j < 16; ++j) {
-        const int m = 16 * w + grp, n = 8 * j + 2 * tig;
-        D2[m * 128 + n] = o[4 * j];
-        D2[m * 128 + n + 1] = o[4 * j + 1];
-        D2[(m + 8) * 128 + n] = o[4 * j + 2];
-        D2[(m + 8) * 128 + n + 1] = o[4 * j + 3];
-    }
+    store_acc(D2, 128, o, 16);
 }
 '''
 

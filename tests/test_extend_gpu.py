@@ -70,6 +70,24 @@ def fp16_attention(q, k_hat, v_hat, sm):
     return np.einsum("hs,shd->hd", w16, v16) / w.sum(-1)[:, None]
 
 
+def requests(rng, H, G, lengths, news, *, spare, massive):
+    """CPU and GPU pools holding the same rows for requests of ``lengths`` tokens on shuffled pages
+    (``spare`` pages unused), with ``news`` new queries each (1.5 × Gaussian) and a certificate
+    budget for the longest: ``(cpu, gpu, q, qo, tabs, cert)``."""
+    npages = [-(-n // PS) for n in lengths]
+    cpu, gpu = pools(sum(npages) + spare, H)
+    perm = rng.permutation(sum(npages) + spare)
+    page_lists = np.split(perm, np.cumsum(npages))[:len(npages)]
+    for pl, n in zip(page_lists, lengths):
+        k = random_rows(rng, n, H, D, massive=[massive])
+        v = random_rows(rng, n, H, D)
+        for p in (cpu, gpu):
+            put(p, slots_of(pl, 0, n), k, v)
+    qo = np.concatenate([[0], np.cumsum(news)]).astype(np.int32)
+    q = (1.5 * rng.standard_normal((qo[-1], H * G, D))).astype(np.float32)
+    return cpu, gpu, q, qo, table(page_lists, lengths), wc.CertConfig(steps=int(max(news)))
+
+
 def check_against_references(res, cpu_res, pool, q, qo, tabs, causal=True):
     """Every rule of the module docstring, query position by query position."""
     H = pool.num_kv_heads
@@ -113,23 +131,8 @@ def check_against_references(res, cpu_res, pool, q, qo, tabs, causal=True):
 def test_tc_extend_matches_references_and_is_certified(G):
     rng = np.random.default_rng(G)
     H = 2
-    lengths, news = [301, 160, 47], [37, 64, 47]  # a partial last tile, a whole-tile chunk, no prefix
-    npages = [-(-n // PS) for n in lengths]
-    cpu, gpu = pools(sum(npages) + 3, H)
-    perm = rng.permutation(sum(npages) + 3)
-    page_lists, at = [], 0
-    for npg in npages:
-        page_lists.append(perm[at:at + npg])
-        at += npg
-    for pl, n in zip(page_lists, lengths):
-        k = random_rows(rng, n, H, D, massive=[(5, 25.0)])
-        v = random_rows(rng, n, H, D)
-        for p in (cpu, gpu):
-            put(p, slots_of(pl, 0, n), k, v)
-    qo = np.concatenate([[0], np.cumsum(news)]).astype(np.int32)
-    q = (1.5 * rng.standard_normal((qo[-1], H * G, D))).astype(np.float32)
-    tabs = table(page_lists, lengths)
-    cert = wc.CertConfig(steps=int(max(news)))
+    # a partial last tile, a whole-tile chunk, no prefix
+    cpu, gpu, q, qo, tabs, cert = requests(rng, H, G, [301, 160, 47], [37, 64, 47], spare=3, massive=(5, 25.0))
     res = run(gpu, q, qo, tabs, cert=cert)
     assert res.kernel == "extend_tc"
     cpu_res = run(cpu, q, qo, tabs, cert=cert)
@@ -242,20 +245,7 @@ def test_tc_extend_wgmma_and_mma_sync_paths_agree(G, monkeypatch):
 
     rng = np.random.default_rng(40 + G)
     H = 2
-    lengths, news = [333, 90], [70, 90]
-    npages = [-(-n // PS) for n in lengths]
-    cpu, gpu = pools(sum(npages) + 2, H)
-    perm = rng.permutation(sum(npages) + 2)
-    page_lists = [perm[:npages[0]], perm[npages[0]:npages[0] + npages[1]]]
-    for pl, n in zip(page_lists, lengths):
-        k = random_rows(rng, n, H, D, massive=[(3, 20.0)])
-        v = random_rows(rng, n, H, D)
-        for p in (cpu, gpu):
-            put(p, slots_of(pl, 0, n), k, v)
-    qo = np.concatenate([[0], np.cumsum(news)]).astype(np.int32)
-    q = (1.5 * rng.standard_normal((qo[-1], H * G, D))).astype(np.float32)
-    tabs = table(page_lists, lengths)
-    cert = wc.CertConfig(steps=int(max(news)))
+    cpu, gpu, q, qo, tabs, cert = requests(rng, H, G, [333, 90], [70, 90], spare=2, massive=(3, 20.0))
     cpu_res = run(cpu, q, qo, tabs, cert=cert)
     out = {}
     for path in (False, True):
