@@ -129,6 +129,12 @@ def _SMEM_BYTES():
     return _cuda_extend._source_define("XT_SMEM_BYTES")
 
 
+def _PRODUCER_WARPS():
+    from witcert_cupy import _cuda_extend
+
+    return _cuda_extend._source_define("XT_PRODUCER_WARPS")
+
+
 def use_variant(spec):
     """Build the extend kernel as variant ``spec``: comma-separated ``NAME=VALUE`` defines added to
     the library's options, ``WGMMA=0|1`` to force the extend's tensor-core path, and ``src=PATH`` for
@@ -144,12 +150,15 @@ def use_variant(spec):
     extra, src = [], None
     _cuda_extend.WGMMA = None
     _cuda_extend.smem_bytes = _SMEM_BYTES
+    _cuda_extend.producer_warps = _PRODUCER_WARPS
     for item in filter(None, spec.split(",")):
         if item.startswith("src="):
             src = Path(item[4:]).read_text()
             # an earlier version's own shared-memory size
             m = re.search(r"#define XT_SMEM_BYTES (\d+)", src)
             _cuda_extend.smem_bytes = (lambda v: (lambda: v))(int(m.group(1)))
+            m = re.search(r"#define XT_PRODUCER_WARPS (\d+)", src)  # none before session 10
+            _cuda_extend.producer_warps = (lambda v: (lambda: v))(int(m.group(1)) if m else 0)
         elif item.startswith("WGMMA="):
             _cuda_extend.WGMMA = bool(int(item.split("=")[1]))
         else:

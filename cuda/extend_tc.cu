@@ -20,18 +20,20 @@
 //   them, from operands rounded UP to tf32 (an fp16 scale is exact in tf32; its square and the row
 //   coefficients, with C_EVAL_SLACK and log2 e folded in, are rounded up): docs/certificate.md §9.
 //
-// Layout: grid (num_tiles, H, num_splits), block 256 = 8 warps × 16 rows = 2 warpgroups × 64 rows.
-// Row r of the tile is (token r / G, head r % G).  Per KV tile of 64 tokens: every thread dequantizes
-// one half-row of K or of V (4 Philox calls; its raw codes and scales arrived by cp.async a tile
-// earlier) into one of two shared buffers, while the CTA computes on the other:
-//   - logits: on sm_90 (XT_WGMMA, the sm_90a target) each warpgroup's 64 rows × 64 tokens by
-//     warpgroup mma with Q and K read from shared memory, a group's six products running while the
-//     previous group is scaled; elsewhere per warp by m16n8k16 mma.sync with ldmatrix fragments;
+// Layout: grid (num_tiles, H, num_splits); 8 row warps × 16 rows = 2 warpgroups × 64 rows.  Row r of
+// the tile is (token r / G, head r % G).  A KV tile of 64 tokens is dequantized one half-row of K or
+// of V per thread (4 Philox calls; raw codes and scales arrive by cp.async ahead) into one of two
+// shared buffers, while the rows compute on the other:
+//   - logits: each warpgroup's 64 rows × 64 tokens by warpgroup mma with Q and K read from shared
+//     memory, a group's six products running while the previous group is scaled (sm_90, XT_WGMMA,
+//     the sm_90a target); elsewhere per warp by m16n8k16 mma.sync with ldmatrix fragments;
 //   - per warp: c_t by tf32 mma, the online softmax and λ (the unmasked instance for tiles that every
 //     row attends);
-//   - o += P·V̂ with P from registers (wgmma: V̂ read by the tensor cores), then the next tile's
-//     dequantization while it runs, and one barrier.
-// Shared memory 192 KB (dynamic); 238 registers (wgmma) or 255 (mma.sync): 1 CTA per SM.
+//   - o += P·V̂ with P from registers (wgmma: V̂ read by the tensor cores).
+// wgmma path (block 512): two producer warpgroups (K, V) dequantize, buffers handed over by named
+// barriers (full / empty), with setmaxnreg moving registers to the rows (48 / 208).
+// mma.sync path (block 256): every thread dequantizes the next tile while P·V̂ runs; one CTA
+// barrier per tile.  Shared memory 211 KB (dynamic); 1 CTA per SM.
 // Never reads out of bounds: page ids outside the pool, an inconsistent kv_indptr, a bad last-page
 // length or more new tokens than the request holds poison the split (NaN output, infinite
 // certificate), as in the decode kernels; a non-finite scale in a tile poisons the split too.
@@ -53,8 +55,22 @@
 #ifndef XT_FASTPATH
 #define XT_FASTPATH 1  // 0: every tile through the masked instance (bench/extend.py --variant)
 #endif
-#define XT_THREADS (32 * XT_WARPS)
 #define XT_ROWS (16 * XT_WARPS)  // query rows per CTA: 16 per warp
+#define XT_CONSUMER_THREADS (32 * XT_WARPS)
+// wgmma path: two producer warpgroups dequantize (K, then V) while the two warpgroups of the rows
+// compute (4 producer warps dequantizing both sides measured 8% slower, session 10); the launch
+// layer reads this number from here
+#define XT_PRODUCER_WARPS 8
+#define XT_THREADS (XT_CONSUMER_THREADS + 32 * XT_PRODUCER_WARPS * XT_WGMMA)
+// registers per thread after setmaxnreg, within the launch's 65536 / 512 = 128: 48 + 208 = 2 × 128
+// (a producer at 40 spills)
+#define XT_PRODUCER_REGS 48
+#define XT_CONSUMER_REGS 208
+// named barriers of the wgmma path, per tile buffer b, for all the CTA's threads: buffer b is full
+// (the producers arrive, the rows wait) or empty (the other way round); 0 is __syncthreads.  (One
+// pair per side, so that K's producers go on once the logits are done, measured 4% slower.)
+#define XT_BAR_FULL(b) (1 + (b))
+#define XT_BAR_EMPTY(b) (3 + (b))
 
 // One dequantized KV tile.  The three 64 × 128 fp16 arrays are stored as 8 × 8 blocks of 128 bytes
 // (8 tokens, each with 8 consecutive channels): the canonical no-swizzle layout of the wgmma
@@ -75,14 +91,22 @@ struct XtShared {
     float rowc[XT_ROWS][12];       // per row: c_t's A operands (u² coefficients [4], β coefficients [4]), ℓ̃ scale, infinite-c_t flag
     int rowlen[XT_ROWS];           // tokens the row attends (0: no query in this row)
     int rowout[XT_ROWS];           // the row's (query, head) index qi·Hq + head, or -1
-    int4 stg[2][XT_TILE][9];    // raw codes of the next tile (K, V), 144-byte rows: conflict-free reads
-    u32 stg_sc[2][XT_TILE][2];  // their scales: each half-row's two groups (4 bytes)
+    // raw codes of the next tiles [stage][K, V][token], 144-byte rows: conflict-free reads (the wgmma
+    // path's producer keeps two tiles in flight; the mma.sync path uses stage 0)
+    int4 stg[2][2][XT_TILE][9];
+    u32 stg_sc[2][2][XT_TILE][2];  // their scales: each half-row's two groups (4 bytes)
 };
 // the launch layer reads this number from here (witcert_cupy/_cuda_extend.py): 8 warps, 128 rows
-#define XT_SMEM_BYTES 196608
+#define XT_SMEM_BYTES 216064
 static_assert(sizeof(XtShared) == XT_SMEM_BYTES, "XT_SMEM_BYTES must be sizeof(XtShared)");
-// one dequantization item (side, token, half-row) per thread: 2 sides × 64 tokens × 2 halves
-static_assert(4 * XT_TILE == XT_THREADS, "the dequantization gives each thread exactly one half-row");
+// dequantization items (side, token, half-row): 2 sides × 64 tokens × 2 halves, one per thread of the
+// CTA (mma.sync path) or two per producer thread (wgmma path)
+static_assert(4 * XT_TILE == XT_CONSUMER_THREADS, "one half-row per thread");
+static_assert(32 * XT_PRODUCER_WARPS == 4 * XT_TILE, "one half-row per producer thread");
+static_assert(XT_PRODUCER_REGS * 32 * XT_PRODUCER_WARPS + XT_CONSUMER_REGS * XT_CONSUMER_THREADS <=
+                  (65536 / (XT_CONSUMER_THREADS + 32 * XT_PRODUCER_WARPS) & ~7) *
+                      (XT_CONSUMER_THREADS + 32 * XT_PRODUCER_WARPS),
+              "setmaxnreg may only move the registers the CTA was launched with");
 
 // element (token t, channel c) of a tile array: 8-token groups 2048 B apart, 8-channel blocks 128 B
 // apart, 16 B per token within a block
@@ -135,10 +159,13 @@ WC_D void mma_tf32_k4(float (&c)[4], u32 a0, u32 a1, u32 b0) {
 }
 
 #if XT_WGMMA
-// a no-swizzle shared-memory matrix descriptor: start address, leading- and stride-dimension byte
-// offsets (each >> 4; layout type 0)
-WC_D u64 wg_desc(u32 addr, u32 lbo, u32 sbo) {
-    return (u64)((addr >> 4) & 0x3FFFu) | ((u64)((lbo >> 4) & 0x3FFFu) << 16) | ((u64)((sbo >> 4) & 0x3FFFu) << 32);
+// A no-swizzle shared-memory matrix descriptor (layout type 0): low word start address >> 4 and
+// leading-dimension byte offset >> 4 << 16, high word stride-dimension byte offset >> 4.  Built once
+// per operand and advanced by adding offset >> 4 to the low word: shared addresses stay below 2^18,
+// so the 14-bit address field never carries (building each one costs ~8 instructions, C7514-free).
+WC_D u32 wg_desc_lo(u32 addr, u32 lbo) { return ((addr >> 4) & 0x3FFFu) | (((lbo >> 4) & 0x3FFFu) << 16); }
+WC_D u64 wg_desc_at(u32 lo, u32 sbo, u32 off) {
+    return ((u64)((sbo >> 4) & 0x3FFFu) << 32) | (u64)(lo + (off >> 4));
 }
 WC_D void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 #define XT_ACC4(d, j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
@@ -170,6 +197,17 @@ WC_D void wg_pv(float (&d)[16][4], const u32 (&a)[4], u64 b) {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 #endif
+
+// named barriers: `n` threads take part, those that arrive do not wait
+WC_D void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+WC_D void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+// __syncthreads_or for a CTA whose warpgroups reach it from different branches
+WC_D bool cta_or(bool v) {
+    u32 r;
+    asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, 0, p;\nselp.u32 %0, 1, 0, q;\n}"
+                 : "=r"(r) : "r"((u32)v) : "memory");
+    return r != 0;
+}
 
 // the smallest tf32 value at or above x (x ≥ 0 or +inf; a carry into the exponent gives +inf)
 WC_D float tf32_up(float x) { return __uint_as_float((__float_as_uint(x) + 0x1FFFu) & 0xFFFFE000u); }
@@ -232,24 +270,20 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     const i64 tb = min((i64)min(s * pps + pps, npg) << page_shift, lmax);
 
     // ---- rows: scaled query split into two fp16 parts, certificate coefficients per group
-    {
+    if (tid < XT_CONSUMER_THREADS) {
         const int r = tid >> 1, hf = tid & 1;
         const int tok = r / G, g = r % G;
         const bool rv = tok < nq;
         const int qi = qa0 + tok;
-        float x[64];
+        // two passes over the half-row (the second from L1): its maximum, then each 32-channel group,
+        // so that 32 values are live at a time (64 spilled within a 384-thread launch's 168 registers)
         const float4* src = reinterpret_cast<const float4*>(q + ((i64)qi * Hq + h * G + g) * D + hf * 64);
+        float amax = 0.0f;
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
             const float4 v = rv ? src[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-            x[4 * i] = v.x;
-            x[4 * i + 1] = v.y;
-            x[4 * i + 2] = v.z;
-            x[4 * i + 3] = v.w;
+            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
         }
-        float amax = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 64; ++i) amax = fmaxf(amax, fabsf(x[i]));
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
         if (rv && !(amax <= WC_F32_MAX)) poisoned = true;
         int e = 0;
@@ -261,13 +295,22 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                                                             (i64)1));
 #pragma unroll
         for (int gg = 0; gg < 2; ++gg) {
+            float x[32];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const float4 v = rv ? src[8 * gg + i] : make_float4(0.f, 0.f, 0.f, 0.f);
+                x[4 * i] = v.x;
+                x[4 * i + 1] = v.y;
+                x[4 * i + 2] = v.z;
+                x[4 * i + 3] = v.w;
+            }
             float q2 = 0.0f, q1 = 0.0f, e1 = 0.0f, e2 = 0.0f;
 #pragma unroll
             for (int i = 0; i < 32; i += 2) {
                 u32 hw = 0, lw = 0;
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
-                    const float v = x[gg * 32 + i + j];
+                    const float v = x[i + j];
                     const float qs = ldexpf(v, shift);  // exact (power of two)
                     u16 hb, lb;
                     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hb) : "f"(qs));
@@ -312,11 +355,6 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     // 1152, −1/256, 4.5 and 1/512 in both halves
     constexpr u32 c1152 = 0x64806480u, cm256 = 0x9C009C00u, c4_5 = 0x44804480u, c512 = 0x18001800u;
 
-    float o[16][4];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, l2[2] = {0.f, 0.f};
-    float cmx[2] = {0.f, 0.f};  // max c_t, log2 units
     // A row with an infinite c_t coefficient (a query whose Σq² overflows) gets an infinite certificate
     // and zero operands, so that no 0·inf reaches the tensor cores (flag in rowc[r][9])
     if (tid < XT_ROWS) {
@@ -331,46 +369,55 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     }
     __syncthreads();
 
-    // Dequantization item of this thread: side tid >> 7, token (tid & 127) >> 1, half-row tid & 1,
-    // so a warp's items share one side.  The next tile's codes and scales travel by cp.async into a
-    // staging buffer while this tile computes; its page ids are loaded a tile earlier still.  Why:
-    // each tile's two dependent global round trips (page id, then codes) otherwise stall the SM.
-    const int side = tid >> 7, at = (tid & 127) >> 1, hf = tid & 1;
-    bool cur_valid = false;
-    u32 cur_slot = 0;  // slots are below 2^32 (SPEC §2: ctr0)
+    // Dequantization item of this thread (wgmma path: of producer thread it = tid − 256): side it >> 7,
+    // token (it & 127) >> 1, half-row it & 1, so a warp's (and a warpgroup's) items share one side.  The next tile's codes and scales travel by
+    // cp.async into a staging buffer while this tile is dequantized or computed; its page ids are
+    // loaded before that.  Why: each tile's two dependent global round trips (page id, then codes)
+    // otherwise stall the SM.
+    const int it = XT_WGMMA ? tid - XT_CONSUMER_THREADS : tid;
+    const int side = it >> 7, at = (it & 127) >> 1, hf = it & 1;
+    // per staging stage: whether this thread's token exists, and its slot (below 2^32: SPEC §2, ctr0)
+    bool valid0 = false, valid1 = false;
+    u32 slot0 = 0, slot1 = 0;
     int pg_next = 0;
     auto page_of = [&](i64 t0n) {
         const i64 tok = t0n + at;
         return tok < tb ? kv_indices[p0 + (int)(tok >> page_shift)] : 0;
     };
-    auto issue = [&](i64 t0n) {
+    auto issue = [&](i64 t0n, int st) {
         const i64 tok = t0n + at;
         i64 sl = tok < tb ? slot_of(pg_next, tok, page_shift, num_pages) : 0;
-        cur_valid = tok < tb && sl >= 0;
+        const bool valid = tok < tb && sl >= 0;
         if (sl < 0) {
             poisoned = true;
             sl = 0;
         }
-        cur_slot = (u32)sl;
-        if (cur_valid) {
+        if (st) {
+            valid1 = valid;
+            slot1 = (u32)sl;
+        } else {
+            valid0 = valid;
+            slot0 = (u32)sl;
+        }
+        if (valid) {
             const i64 row = (side ? rowV : rowK) + sl;
             const int4* src = reinterpret_cast<const int4*>(codes + row * D + hf * 64);
 #pragma unroll
-            for (int k = 0; k < 4; ++k) cp_async16(&sh.stg[side][at][hf * 4 + k], src + k);
-            cp_async4(&sh.stg_sc[side][at][hf], scales + row * XT_NG + 2 * hf);
+            for (int k = 0; k < 4; ++k) cp_async16(&sh.stg[st][side][at][hf * 4 + k], src + k);
+            cp_async4(&sh.stg_sc[st][side][at][hf], scales + row * XT_NG + 2 * hf);
         }
         cp_async_commit();
     };
-    // ---- A: dequantize the staged tile into buffer `buf`: K half-rows into exact fp16 operands, V
-    // half-rows into x̂ rounded to fp16.  A thread reads only the staging entries it copied itself,
-    // so its own cp.async wait is all the staging needs.
-    auto dequant = [&](int buf) {
+    // ---- A: dequantize the half-row staged in `st` into buffer `buf`: K into exact fp16 operands,
+    // V into x̂ rounded to fp16.  A thread reads only the staging entries it copied itself, so its
+    // own cp.async wait is all the staging needs.
+    auto dequant = [&](int buf, int st) {
         XtTile& tl = sh.tile[buf];
-        const bool valid = cur_valid;
-        const u32 slot = cur_slot;
+        const bool valid = st ? valid1 : valid0;
+        const u32 slot = st ? slot1 : slot0;
         float sb[2];
         {
-            const u32 sc = sh.stg_sc[side][at][hf];
+            const u32 sc = sh.stg_sc[st][side][at][hf];
 #pragma unroll
             for (int gg = 0; gg < 2; ++gg) {
                 sb[gg] = valid ? f16_to_f32((u16)(sc >> (16 * gg))) : 0.0f;
@@ -398,7 +445,7 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                 if (side == 0) *d1a = *d1b = make_uint4(0u, 0u, 0u, 0u);
                 continue;
             }
-            const int4 raw = sh.stg[side][at][hf * 4 + k];
+            const int4 raw = sh.stg[st][side][at][hf * 4 + k];
             const u32x4 wr = philox10(slot, dither_ctr1(side, chunk), ctr2, 0u, k0, k1);
             const u32 cw[4] = {(u32)raw.x, (u32)raw.y, (u32)raw.z, (u32)raw.w};
             const u32 xw[4] = {wr.x, wr.y, wr.z, wr.w};
@@ -442,23 +489,64 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                 *d0b = make_uint4(vhw[4], vhw[5], vhw[6], vhw[7]);
             }
         }
-#if XT_WGMMA
-        // the tile is read next by the tensor cores' asynchronous proxy
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
     };
 
+#if XT_WGMMA
+    // ---- the producers (warpgroup 2: K, 3: V): their side of tile i into buffer i & 1 once the rows
+    // have released it (after tile i − 2), from staging stage i & 1, with the codes of tiles i + 1
+    // and i + 2 in flight meanwhile (one tile ahead leaves a global round trip per tile on the
+    // producers' path).  Their registers go to the rows.
+    if (tid >= XT_CONSUMER_THREADS) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(XT_PRODUCER_REGS));
+#pragma unroll
+        for (int st = 0; st < 2; ++st) {  // one cp.async group per tile, empty past the split's end
+            const i64 t = ta + st * XT_TILE;
+            if (t < tb) {
+                pg_next = page_of(t);
+                issue(t, st);
+            } else {
+                cp_async_commit();
+            }
+        }
+        int pb = 0;
+        for (i64 t0 = ta; t0 < tb; t0 += XT_TILE, pb ^= 1) {
+            const bool more = t0 + 2 * XT_TILE < tb;
+            if (more) pg_next = page_of(t0 + 2 * XT_TILE);  // lands during the waits
+            if (t0 >= ta + 2 * XT_TILE) bar_sync(XT_BAR_EMPTY(pb), XT_THREADS);
+            cp_async_wait_group<1>();  // this tile's group (the next one's may still fly)
+            dequant(pb, pb);
+            // the tile is read next by the tensor cores' asynchronous proxy
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            if (more)
+                issue(t0 + 2 * XT_TILE, pb);
+            else
+                cp_async_commit();
+            bar_arrive(XT_BAR_FULL(pb), XT_THREADS);
+        }
+        cta_or(poisoned);
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(XT_CONSUMER_REGS));
+#else
     if (ta < tb) {
         pg_next = page_of(ta);
-        issue(ta);
+        issue(ta, 0);
         cp_async_wait_all();
-        dequant(0);
+        dequant(0, 0);
         if (ta + XT_TILE < tb) {
             pg_next = page_of(ta + XT_TILE);
-            issue(ta + XT_TILE);
+            issue(ta + XT_TILE, 0);
         }
     }
     __syncthreads();
+#endif
+
+    // ---- the consumers: this warp's 16 rows
+    float o[16][4];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, l2[2] = {0.f, 0.f};
+    float cmx[2] = {0.f, 0.f};  // max c_t, log2 units
 
     // a group's logits before its scale (two for the wgmma path, whose first product of a group
     // overwrites them: zeroed once so that they are never undefined)
@@ -470,6 +558,9 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     int buf = 0;
     for (i64 t0 = ta; t0 < tb; t0 += XT_TILE, buf ^= 1) {
         const XtTile& tl = sh.tile[buf];
+#if XT_WGMMA
+        bar_sync(XT_BAR_FULL(buf), XT_THREADS);
+#endif
 
         // ---- B: logits of 16 rows × 64 tokens per warp: per group, three products per k16 step, then
         // the group's scale per token
@@ -479,17 +570,19 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
         // group's six products run while the previous group is scaled (two accumulators)
         {
             const u32 q_rows = (u32)(warp >> 2) * 64 / 8 * XT_TOKEN_GROUP_BYTES;
-            const u32 qh0 = smem_addr(sh.qh) + q_rows, ql0 = smem_addr(sh.ql) + q_rows;
-            const u32 kc0 = smem_addr(tl.kc), kx0 = smem_addr(tl.kx);
+            const u32 qh0 = wg_desc_lo(smem_addr(sh.qh) + q_rows, XT_CHANNEL_BLOCK_BYTES),
+                      ql0 = wg_desc_lo(smem_addr(sh.ql) + q_rows, XT_CHANNEL_BLOCK_BYTES);
+            const u32 kc0 = wg_desc_lo(smem_addr(tl.kc), XT_CHANNEL_BLOCK_BYTES),
+                      kx0 = wg_desc_lo(smem_addr(tl.kx), XT_CHANNEL_BLOCK_BYTES);
             auto issue_group = [&](int gg, float (&a)[8][4]) {
                 wg_fence();
 #pragma unroll
                 for (int kk = 0; kk < 2; ++kk) {
                     const u32 off = (4 * gg + 2 * kk) * XT_CHANNEL_BLOCK_BYTES;  // channels 32gg + 16kk
-                    const u64 dqh = wg_desc(qh0 + off, XT_CHANNEL_BLOCK_BYTES, XT_TOKEN_GROUP_BYTES);
-                    const u64 dql = wg_desc(ql0 + off, XT_CHANNEL_BLOCK_BYTES, XT_TOKEN_GROUP_BYTES);
-                    const u64 dk = wg_desc(kc0 + off, XT_CHANNEL_BLOCK_BYTES, XT_TOKEN_GROUP_BYTES);
-                    const u64 dx = wg_desc(kx0 + off, XT_CHANNEL_BLOCK_BYTES, XT_TOKEN_GROUP_BYTES);
+                    const u64 dqh = wg_desc_at(qh0, XT_TOKEN_GROUP_BYTES, off);
+                    const u64 dql = wg_desc_at(ql0, XT_TOKEN_GROUP_BYTES, off);
+                    const u64 dk = wg_desc_at(kc0, XT_TOKEN_GROUP_BYTES, off);
+                    const u64 dx = wg_desc_at(kx0, XT_TOKEN_GROUP_BYTES, off);
                     if (kk == 0)
                         wg_qk_ss<0>(a, dqh, dk);
                     else
@@ -647,10 +740,10 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
         // o += P·V̂, outside the two instances (a wgmma is one instruction for all four warps)
 #if XT_WGMMA
         wg_fence();
+        const u32 vh0 = wg_desc_lo(smem_addr(tl.vh), XT_TOKEN_GROUP_BYTES);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
-            wg_pv(o, pa[kk], wg_desc(smem_addr(tl.vh) + kk * 2 * XT_TOKEN_GROUP_BYTES, XT_TOKEN_GROUP_BYTES,
-                                     XT_CHANNEL_BLOCK_BYTES));
+            wg_pv(o, pa[kk], wg_desc_at(vh0, XT_CHANNEL_BLOCK_BYTES, kk * 2 * XT_TOKEN_GROUP_BYTES));
         wg_commit();
 #else
 #pragma unroll
@@ -664,24 +757,27 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
             }
         }
 #endif
+#if XT_WGMMA
+        // P·V̂ done: its registers and this buffer are free.  (Waiting for it under the next tile's
+        // logits instead makes ptxas serialize every wgmma, C7514.)
+        wg_wait<0>();
+        if (t0 + 2 * XT_TILE < tb) bar_arrive(XT_BAR_EMPTY(buf), XT_THREADS);  // the producers' next use
+#else
         // the next tile into the other buffer (last read before the previous barrier), its successor's
         // codes into the staging, while this tile's P·V̂ runs on the tensor cores
         if (t0 + XT_TILE < tb) {
             // the page ids of the tile after next: their load overlaps the dequantization
             pg_next = t0 + 2 * XT_TILE < tb ? page_of(t0 + 2 * XT_TILE) : 0;
             cp_async_wait_all();
-            dequant(buf ^ 1);
-            if (t0 + 2 * XT_TILE < tb) issue(t0 + 2 * XT_TILE);
+            dequant(buf ^ 1, 0);
+            if (t0 + 2 * XT_TILE < tb) issue(t0 + 2 * XT_TILE, 0);
         }
-
-#if XT_WGMMA
-        wg_wait<0>();  // P·V̂ done: its registers and this buffer are free
-#endif
         __syncthreads();  // the next tile's buffer is complete; this one may be overwritten
+#endif
     }
 
     // ---- outputs
-    poisoned = __syncthreads_or(poisoned);
+    poisoned = cta_or(poisoned);
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
         const int ro = sh.rowout[wr0 + grp + 8 * rr];

@@ -64,6 +64,8 @@ def test_extend_wgmma_path_compiles_for_sm90a_without_spills_or_warnings(tmp_pat
     log = out.stdout + out.stderr
     assert out.returncode == 0, log
     assert "warning" not in log.lower(), log  # ptxas warns when it must serialize wgmma
+    # ptxas says "Potential Performance Loss" when it ignores setmaxnreg or serializes wgmma
+    assert "performance loss" not in log.lower(), log
     entries = re.findall(r"Compiling entry function '([^']+)'", log)
     spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
     assert len(entries) == 8 and len(spills) >= 8, log
@@ -110,6 +112,15 @@ def test_launch_layer_block_size_is_the_kernel_s():
     src = (_cuda.kernel_dir() / "decode_f16.cu").read_text()
     assert "__launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_stage1_f16(" in src
     assert _cuda.F16_WARPS in (1, 2)
+    # the extend: 8 row warps, and the two producer warpgroups on the wgmma path
+    from witcert_cupy import _cuda_extend
+
+    src = (_cuda.kernel_dir() / "extend_tc.cu").read_text()
+    assert "#define XT_THREADS (XT_CONSUMER_THREADS + 32 * XT_PRODUCER_WARPS * XT_WGMMA)" in src
+    assert "__launch_bounds__(XT_THREADS, 1) extend_tc_stage1(" in src
+    assert (_cuda_extend.block_threads(False), _cuda_extend.block_threads(True)) == (256, 512)
+    # and its shared memory fits the 227 KB a CTA may opt into on sm_90
+    assert _cuda_extend.smem_bytes() <= 227 * 1024
 
 
 def test_f16_shared_memory_formula_is_the_kernel_s():

@@ -32,6 +32,18 @@ def smem_bytes() -> int:
 # warps per CTA, from the kernel source; 16 query rows (new token × query head of one kv head) each
 WARPS = _source_define("XT_WARPS")
 
+
+@functools.lru_cache(maxsize=None)
+def producer_warps() -> int:
+    """Warps of the wgmma path's dequantizing warpgroup, from the kernel source (0 in a source
+    without one: ``bench/extend.py`` times those too)."""
+    return _source_define("XT_PRODUCER_WARPS")
+
+
+def block_threads(wgmma: bool) -> int:
+    """Threads per CTA: the row warps, and the producer warpgroup on the wgmma path."""
+    return 32 * (WARPS + (producer_warps() if wgmma else 0))
+
 # The logits and P·V̂ by warpgroup mma (wgmma, cuda/extend_tc.cu with XT_WGMMA=1): None chooses it on
 # compute capability 9.0 exactly (the sm_90a target runs nowhere else); True/False force either path
 # (the GPU tests compare them; ``bench/extend.py --variant WGMMA=0`` times the mma.sync path).
@@ -122,6 +134,7 @@ class ExtendPlan:
         self.wgmma = uses_wgmma(dev)
         self.stage1 = kernel("extend_tc.cu", None, f"extend_tc_stage1<{G}>", kernel_options(self.wgmma))
         self.smem = smem_bytes()
+        self.threads = block_threads(self.wgmma)
         self.stage1.max_dynamic_shared_size_bytes = self.smem
         # the largest shared-memory carveout: 192 KB of shared memory per CTA
         self.stage1.preferred_shared_memory_carveout = 100
@@ -141,7 +154,7 @@ class ExtendPlan:
         n, Hq, d = self.shape
         if n == 0:
             return
-        self.stage1((self.num_tiles, self.dev.pool.num_kv_heads, self.ns), (32 * WARPS,), self.args1,
+        self.stage1((self.num_tiles, self.dev.pool.num_kv_heads, self.ns), (self.threads,), self.args1,
                     shared_mem=self.smem)
         self.merge()  # and the certificate, when certified
 
