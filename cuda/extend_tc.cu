@@ -100,7 +100,7 @@ struct XtShared {
 #define XT_SMEM_BYTES 216064
 static_assert(sizeof(XtShared) == XT_SMEM_BYTES, "XT_SMEM_BYTES must be sizeof(XtShared)");
 // dequantization items (side, token, half-row): 2 sides × 64 tokens × 2 halves, one per thread of the
-// CTA (mma.sync path) or two per producer thread (wgmma path)
+// CTA (mma.sync path) or of the producer warpgroups (wgmma path)
 static_assert(4 * XT_TILE == XT_CONSUMER_THREADS, "one half-row per thread");
 static_assert(32 * XT_PRODUCER_WARPS == 4 * XT_TILE, "one half-row per producer thread");
 static_assert(XT_PRODUCER_REGS * 32 * XT_PRODUCER_WARPS + XT_CONSUMER_REGS * XT_CONSUMER_THREADS <=
@@ -162,7 +162,7 @@ WC_D void mma_tf32_k4(float (&c)[4], u32 a0, u32 a1, u32 b0) {
 // A no-swizzle shared-memory matrix descriptor (layout type 0): low word start address >> 4 and
 // leading-dimension byte offset >> 4 << 16, high word stride-dimension byte offset >> 4.  Built once
 // per operand and advanced by adding offset >> 4 to the low word: shared addresses stay below 2^18,
-// so the 14-bit address field never carries (building each one costs ~8 instructions, C7514-free).
+// so the 14-bit address field never carries (building each one took ~8 instructions per wgmma).
 WC_D u32 wg_desc_lo(u32 addr, u32 lbo) { return ((addr >> 4) & 0x3FFFu) | (((lbo >> 4) & 0x3FFFu) << 16); }
 WC_D u64 wg_desc_at(u32 lo, u32 sbo, u32 off) {
     return ((u64)((sbo >> 4) & 0x3FFFu) << 32) | (u64)(lo + (off >> 4));
@@ -369,11 +369,11 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     }
     __syncthreads();
 
-    // Dequantization item of this thread (wgmma path: of producer thread it = tid − 256): side it >> 7,
-    // token (it & 127) >> 1, half-row it & 1, so a warp's (and a warpgroup's) items share one side.  The next tile's codes and scales travel by
-    // cp.async into a staging buffer while this tile is dequantized or computed; its page ids are
-    // loaded before that.  Why: each tile's two dependent global round trips (page id, then codes)
-    // otherwise stall the SM.
+    // Dequantization item of this thread (wgmma path: of producer thread it = tid − 256): side
+    // it >> 7, token (it & 127) >> 1, half-row it & 1, so a warp's (and a warpgroup's) items share one
+    // side.  The next tiles' codes and scales travel by cp.async into staging while a tile is
+    // dequantized or computed; their page ids are loaded before that.  Why: each tile's two dependent
+    // global round trips (page id, then codes) otherwise stall the SM.
     const int it = XT_WGMMA ? tid - XT_CONSUMER_THREADS : tid;
     const int side = it >> 7, at = (it & 127) >> 1, hf = it & 1;
     // per staging stage: whether this thread's token exists, and its slot (below 2^32: SPEC §2, ctr0)

@@ -35,13 +35,13 @@ WARPS = _source_define("XT_WARPS")
 
 @functools.lru_cache(maxsize=None)
 def producer_warps() -> int:
-    """Warps of the wgmma path's dequantizing warpgroup, from the kernel source (0 in a source
-    without one: ``bench/extend.py`` times those too)."""
+    """Warps of the wgmma path's dequantizing (producer) warpgroups, from the kernel source
+    (``bench/extend.py`` replaces this function when it times an older source without them)."""
     return _source_define("XT_PRODUCER_WARPS")
 
 
 def block_threads(wgmma: bool) -> int:
-    """Threads per CTA: the row warps, and the producer warpgroup on the wgmma path."""
+    """Threads per CTA: the row warps, and the producer warpgroups on the wgmma path."""
     return 32 * (WARPS + (producer_warps() if wgmma else 0))
 
 # The logits and P·V̂ by warpgroup mma (wgmma, cuda/extend_tc.cu with XT_WGMMA=1): None chooses it on
@@ -136,7 +136,7 @@ class ExtendPlan:
         self.smem = smem_bytes()
         self.threads = block_threads(self.wgmma)
         self.stage1.max_dynamic_shared_size_bytes = self.smem
-        # the largest shared-memory carveout: 192 KB of shared memory per CTA
+        # the largest shared-memory carveout: 211 KB of shared memory per CTA
         self.stage1.preferred_shared_memory_carveout = 100
         self.args1 = (self.q, p.codes, p.scales.view(cp.uint16), self.qo, self.tile_req, self.tile_q0, self.ip,
                       self.ix, self.ll, self.o_part, self.lse_part, self.lam_part, self.cmax_part,
