@@ -44,7 +44,7 @@ def test_the_model_is_the_kernel_s_protocol():
     assert _threads() == 512
 
 
-def _programs(n, count, guard_empty=True):
+def _programs(n, count, guard_empty=True, early_release=False):
     """Each warpgroup's barrier operations over n tiles: ('sync'|'arrive', barrier, count) and
     ('write'|'read', who, tile) markers; barrier ids as the kernel's XT_BAR_FULL/EMPTY."""
     full, empty = (lambda b: 1 + b), (lambda b: 3 + b)
@@ -60,17 +60,19 @@ def _programs(n, count, guard_empty=True):
     def rows(w):
         for i in range(n):
             yield "sync", full(i % 2), count
+            if early_release and i + 2 < n:  # (a mistake: the buffer released before it is read)
+                yield "arrive", empty(i % 2), count
             yield "read", w, i
-            if i + 2 < n or not guard_empty:
+            if (i + 2 < n or not guard_empty) and not early_release:
                 yield "arrive", empty(i % 2), count
         yield "sync", 0, _threads()
 
     return [producer(0), producer(1), rows(0), rows(1)]
 
 
-def _run(n, count, seed, guard_empty=True):
+def _run(n, count, seed, guard_empty=True, early_release=False):
     rnd = random.Random(seed)
-    progs = _programs(n, count, guard_empty)
+    progs = _programs(n, count, guard_empty, early_release)
     op = [next(p) for p in progs]
     done, blocked = [False] * 4, [False] * 4
     arrived, waiting, log = {}, {}, []
@@ -126,11 +128,15 @@ def test_protocol_never_hangs_and_orders_every_tile(n):
 def test_the_model_catches_the_mistakes_it_is_for():
     """Negative controls: a thread count that leaves a side out (run 72's hang, seen from the other
     side: 384 with both producer warpgroups at every barrier), a count that waits for threads that
-    never come, and an empty-barrier arrival nobody waits for."""
+    never come, an empty-barrier arrival nobody waits for, and a buffer released before it is read."""
     outcomes = {_run(4, 384, seed)[0] for seed in range(50)}
     assert outcomes & {"phases mixed", "deadlock"}, outcomes
     assert {_run(4, _threads() + WG, seed)[0] for seed in range(20)} == {"deadlock"}
     assert {_run(4, _threads(), seed, guard_empty=False)[0] for seed in range(20)} == {"arrivals left over"}
+    # and a release before the read: some interleaving overwrites a tile still to be read
+    runs = [_run(6, _threads(), seed, early_release=True) for seed in range(200)]
+    assert all(status == "ok" for status, _ in runs)
+    assert any(_hazards(6, log) for _, log in runs)
 
 
 def test_sass_summary_splits_the_roles(tmp_path, capsys):
