@@ -27,7 +27,6 @@ import argparse
 import datetime
 import json
 import math
-import re
 import sys
 from pathlib import Path
 
@@ -123,16 +122,15 @@ def sdpa_cases(args, k16, v16, q):
     return out
 
 
-def _SMEM_BYTES():
+def _define_of(name, src=None, default=None):
+    """Define ``name`` of the shipped kernel source (read at each call), or of ``src`` (another
+    version's text; ``default`` where it has none), as a function like the launch layer's."""
     from witcert_cupy import _cuda_extend
 
-    return _cuda_extend._source_define("XT_SMEM_BYTES")
-
-
-def _PRODUCER_WARPS():
-    from witcert_cupy import _cuda_extend
-
-    return _cuda_extend._source_define("XT_PRODUCER_WARPS")
+    if src is None:
+        return lambda: _cuda_extend._source_define(name)
+    value = _cuda_extend._source_define(name, src, default)
+    return lambda: value
 
 
 def use_variant(spec):
@@ -149,16 +147,14 @@ def use_variant(spec):
 
     extra, src = [], None
     _cuda_extend.WGMMA = None
-    _cuda_extend.smem_bytes = _SMEM_BYTES
-    _cuda_extend.producer_warps = _PRODUCER_WARPS
+    _cuda_extend.smem_bytes = _define_of("XT_SMEM_BYTES")
+    _cuda_extend.producer_warps = _define_of("XT_PRODUCER_WARPS")
     for item in filter(None, spec.split(",")):
         if item.startswith("src="):
             src = Path(item[4:]).read_text()
-            # an earlier version's own shared-memory size
-            m = re.search(r"#define XT_SMEM_BYTES (\d+)", src)
-            _cuda_extend.smem_bytes = (lambda v: (lambda: v))(int(m.group(1)))
-            m = re.search(r"#define XT_PRODUCER_WARPS (\d+)", src)  # none before session 10
-            _cuda_extend.producer_warps = (lambda v: (lambda: v))(int(m.group(1)) if m else 0)
+            # an earlier version's own shared-memory size and producer warps (none before session 10)
+            _cuda_extend.smem_bytes = _define_of("XT_SMEM_BYTES", src)
+            _cuda_extend.producer_warps = _define_of("XT_PRODUCER_WARPS", src, 0)
         elif item.startswith("WGMMA="):
             _cuda_extend.WGMMA = bool(int(item.split("=")[1]))
         else:

@@ -16,14 +16,14 @@ import re
 
 import pytest
 
-from witcert_cupy import _cuda
+from witcert_cupy import _cuda, _cuda_extend
 
 SRC = (_cuda.kernel_dir() / "extend_tc.cu").read_text()
 WG = 128  # threads per warpgroup
 
 
 def _define(name):
-    return int(re.search(rf"#define {name} (\d+)", SRC).group(1))
+    return _cuda_extend._source_define(name)
 
 
 def _threads():

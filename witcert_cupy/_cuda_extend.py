@@ -17,8 +17,15 @@ import numpy as np
 from . import certificate as cert_mod
 from ._cuda import _i32, bind_merge, kernel, kernel_dir
 
-def _source_define(name: str) -> int:
-    m = re.search(rf"#define {name} (\d+)", (kernel_dir() / "extend_tc.cu").read_text())
+def _source_define(name: str, src: str | None = None, default: int | None = None) -> int:
+    """The number of ``#define NAME N`` in the extend kernel's source, or in ``src`` (another
+    version's text, ``bench/extend.py``); ``default`` where that source has none."""
+    text = (kernel_dir() / "extend_tc.cu").read_text() if src is None else src
+    m = re.search(rf"#define {name} (\d+)", text)
+    if m is None:
+        if default is None:
+            raise ValueError(f"the extend kernel source has no #define {name}")
+        return default
     return int(m.group(1))
 
 
