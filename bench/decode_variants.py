@@ -6,6 +6,7 @@ through decode_stage1_f16 (cuda/decode_f16.cu).
 
     PYTHONPATH=. python3 bench/decode_variants.py "V2_KUNROLL=1" "V2_KUNROLL=2,V2_VUNROLL=4" ...
     PYTHONPATH=. python3 bench/decode_variants.py --fp16 "" "F16_WARPS=2" ...
+    git archive HEAD~1 cuda | tar -x -C /tmp/prev && PYTHONPATH=. python3 bench/decode_variants.py "" dir=/tmp/prev/cuda
 
 Writes ``decode-variants-<date>.json`` (rows: variant, batch, hq, hkv, context, us, ratio_sdpa).
 """
@@ -31,20 +32,36 @@ _BASE_OPTIONS = _cuda.options()
 
 
 _F16_WARPS = _cuda.F16_WARPS
+_KERNEL_DIR = _cuda.kernel_dir
 
 
 def use_variant(defines):
     """Rebuild the kernels with ``defines`` (a list of ``NAME=VALUE``) added to the options;
-    ``F16_WARPS=n`` sets the launch layer's warps per CTA of decode_stage1_f16 instead."""
+    ``F16_WARPS=n`` sets the launch layer's warps per CTA of decode_stage1_f16 instead, and
+    ``dir=PATH`` builds from another directory of kernel sources (e.g. an earlier commit's
+    ``cuda/``, from ``git archive``) with the same launch layer."""
     _cuda.F16_WARPS = _F16_WARPS
+    _cuda.kernel_dir = _KERNEL_DIR
     extra = []
     for d in defines:
         if d.startswith("F16_WARPS="):
             _cuda.F16_WARPS = int(d.split("=")[1])
+        elif d.startswith("dir="):
+            other = Path(d[4:]).resolve()
+            _cuda.kernel_dir = lambda: other
         else:
             extra.append(f"-D{d}")
     _cuda.options = lambda: _BASE_OPTIONS + tuple(extra)
     _cuda._module.cache_clear()
+
+
+def _result_bits(plan):
+    """A plan's outputs as raw bits (o, lse and, when certified, log_a and tv_bound): NaNs compare
+    equal by their bits."""
+    plan.launch()
+    r = plan.result()
+    arrs = [r.o, r.lse] + [a for a in (getattr(r, "log_a", None), getattr(r, "tv_bound", None)) if a is not None]
+    return [cp.ascontiguousarray(a).view(cp.uint32 if a.dtype == cp.float32 else cp.uint64) for a in arrs]
 
 
 def main():
@@ -53,6 +70,8 @@ def main():
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--fp16", action="store_true", help="the fp16-store decode (decode_stage1_f16)")
+    ap.add_argument("--same-bits", action="store_true",
+                    help="fail unless every variant's o, lse and certificate equal the first variant's bit for bit")
     args = ap.parse_args()
     l2 = bd.l2_bytes()
     rows = []
@@ -64,17 +83,22 @@ def main():
         sdpa_us = bd.sdpa_time(B, hq, hkv, ctx, l2, args.reps)
         case = bd.pool_case(args.fp16, B, hq, hkv, ctx, l2)
         bits, cert, stage1 = (None, False, "f16") if args.fp16 else (8, True, "v2")
+        first = None
         for v in args.variants:
             use_variant([d for d in v.split(",") if d])
             err = case.check(bits, cert, stage1)
             assert err < 1e-4, (v, err)
             plans = case.plans(bits, cert, stage1=stage1)
+            bits_now = _result_bits(plans[0])
+            first = bits_now if first is None else first
+            same = all(cp.array_equal(a, b) for a, b in zip(bits_now, first))
+            assert same or not args.same_bits, f"variant [{v}] differs from [{args.variants[0]}] at B={B} {hq}/{hkv}"
             us, _ = bd.time_cupy([p.launch for p in plans], args.reps)
             rows.append(dict(variant=v or "shipped", kernel=plans[0].kernel_name, batch=B, hq=hq, hkv=hkv,
                              context=ctx, cert=cert, us=us, sdpa_us=sdpa_us, ratio_sdpa=us / sdpa_us,
-                             rel_err_vs_fp64=err))
+                             rel_err_vs_fp64=err, same_bits_as_first=bool(same)))
             print(f"variant [{v or 'shipped'}] B={B} {hq}/{hkv} ctx={ctx}: {us:8.1f} us ({us / sdpa_us:.2f}x SDPA "
-                  f"{sdpa_us:.1f} us)", flush=True)
+                  f"{sdpa_us:.1f} us){'' if same else ' (bits differ from the first variant)'}", flush=True)
         case = None
         cp.get_default_memory_pool().free_all_blocks()
     use_variant([])

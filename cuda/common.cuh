@@ -199,16 +199,39 @@ WC_D float dot8(float acc, const float* q, const float (&x)[8]) {
     return acc;
 }
 
-// One 32-token tile of the staged decodes' online softmax (lane = token, logit `lt` in log2 units,
-// running maximum m before the tile): `mn` the maximum after it, `sc` the rescale of what was summed
-// before, `p` the token's weight (0 past the split's end; 1 and 0 until a token is valid).
-WC_D void softmax_tile_step(float lt, bool valid, float m, float& mn, float& sc, float& p) {
-    const float mx = warp_max(valid ? lt : -INFINITY);
-    mn = fmaxf(m, mx);
-    sc = 1.0f, p = 0.0f;
-    if (mn != -INFINITY) {
-        sc = exp2f(m - mn);
-        p = valid ? exp2f(lt - mn) : 0.0f;
+// Each of G warp-uniform sums at once: the butterfly steps of the G values interleave, so that G
+// independent shuffles are in flight per step (each value's own sum is warp_sum's, bit for bit)
+template <int G>
+WC_D void warp_sums(float (&v)[G]) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+        for (int g = 0; g < G; ++g) v[g] += __shfl_xor_sync(0xffffffffu, v[g], off);
+}
+
+// One 32-token tile of the staged decodes' online softmax for the G heads of a kv head (lane =
+// token, logits `lt` in log2 units): the running maxima m become the maxima after the tile, `sc`
+// the rescales of what was summed before, `p` the token's weights (0 past the split's end; 1 and
+// 0 while no token has been valid).  The G warp maxima interleave and nothing branches: one head
+// at a time, each butterfly step's shuffle latency was exposed and the per-head branch kept the
+// compiler from overlapping heads (bench/NOTES.md, session 11).  Each head's values are the
+// one-head-at-a-time values, bit for bit (max is exact; the exponentials are the same operations).
+template <int G>
+WC_D void softmax_tile_steps(const float (&lt)[G], bool valid, float (&m)[G], float (&sc)[G], float (&p)[G]) {
+    float mx[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) mx[g] = valid ? lt[g] : -INFINITY;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+        for (int g = 0; g < G; ++g) mx[g] = fmaxf(mx[g], __shfl_xor_sync(0xffffffffu, mx[g], off));
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const float mn = fmaxf(m[g], mx[g]);
+        const bool live = mn != -INFINITY;  // a valid token so far (else 2^(−inf − −inf) is NaN)
+        sc[g] = live ? exp2f(m[g] - mn) : 1.0f;
+        p[g] = live && valid ? exp2f(lt[g] - mn) : 0.0f;
+        m[g] = mn;
     }
 }
 

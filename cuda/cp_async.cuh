@@ -18,6 +18,14 @@ WC_D void cp_async16_zfill(void* dst, const void* src, bool valid) {
                  "r"(valid ? 16u : 0u));
 }
 
+// the same at shared address `sbase` + OFF (an immediate of the instruction: a tile's rows at fixed
+// offsets from one base take no register each)
+template <int OFF>
+WC_D void cp_async16_zfill_at(u32 sbase, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0+%3], [%1], 16, %2;" ::"r"(sbase), "l"(src), "r"(valid ? 16u : 0u),
+                 "n"(OFF));
+}
+
 WC_D void cp_async8(void* dst, const void* src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_addr(dst)), "l"(src));
 }

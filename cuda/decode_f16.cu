@@ -66,10 +66,29 @@ __device__ __forceinline__ void f16_tier_a(const u16* __restrict__ wr, const flo
     }
 }
 
+// A tile's rows RPI·i + r0 for i = I .. N − 1 (r0 the lane's row within a copy instruction), the
+// lane's 16 bytes of each: from `src` + slot·F16_D (row r's slot is lane r's `slot_`; bit RPI·i of
+// `vm` says the row is a token, else zeros land) to shared address `dst` + i·STEP.  Templated on i
+// so that each destination offset is an immediate of its instruction.
+template <int I, int N, int RPI, int STEP>
+__device__ __forceinline__ void f16_copy_rows(u32 dst, const u16* src, u32 slot_, u32 vm, int r0) {
+    if constexpr (I < N) {
+        const u32 s = __shfl_sync(0xffffffffu, slot_, RPI * I + r0);
+        cp_async16_zfill_at<I * STEP>(dst, src + (u64)s * F16_D, (vm >> (RPI * I)) & 1u);
+        f16_copy_rows<I + 1, N, RPI, STEP>(dst, src, slot_, vm, r0);
+    }
+}
+
 // 8-channel q·k steps unrolled: four measured best at W = 1, G = 7 (run 53: two and eight were
 // 1–4% slower)
 #ifndef F16_KU
 #define F16_KU(W) ((W) == 1 ? 4 : 2)
+#endif
+
+// the softmax sums: warp-uniform, tile by tile (0: the shipped order), or per lane over its tokens
+// and one warp sum at the end (1: five shuffles and adds per head fewer per tile; another order)
+#ifndef F16_LANE_SUMS
+#define F16_LANE_SUMS 0
 #endif
 
 #ifndef F16_PU
@@ -78,11 +97,12 @@ __device__ __forceinline__ void f16_tier_a(const u16* __restrict__ wr, const flo
 
 // CTAs per SM the register budget is set for.  The register file is four quadrants, one per
 // scheduler, so n warps per SM allow 16384 / (⌈n/4⌉·32) registers a thread.  Without a
-// certificate: W = 2, 8 CTAs (16 warps, 128 registers; shared memory allows 8–10); W = 1, 10 (168).
-// With one, λ's per-lane running sums (3·G registers) spill under those caps from G = 6 or 7 up
-// (ptxas, CUDA 13.0): W = 2 takes 6 CTAs up to G = 6 (168), else 4 (255); W = 1 no cap.
+// certificate: W = 2, 8 CTAs (16 warps, 128 registers; shared memory allows 8–10) up to G = 7 and
+// 6 at G = 8 (168: NVRTC 13.0 spills at 128); W = 1, 10 (168).  With one, λ's per-lane running sums
+// (3·G registers) spill under those caps from G = 6 or 7 up (ptxas, CUDA 13.0): W = 2 takes 6 CTAs
+// up to G = 6 (168), else 4 (255); W = 1 no cap.
 __host__ __device__ constexpr int f16_min_blocks(int G, int W, bool cert) {
-    return cert ? (W == 1 ? 1 : (G <= 6 ? 6 : 4)) : (W == 1 ? 10 : 8);
+    return cert ? (W == 1 ? 1 : (G <= 6 ? 6 : 4)) : (W == 1 ? 10 : (G <= 7 ? 8 : 6));
 }
 
 template <int G, int W, bool CERT>
@@ -152,19 +172,19 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
         const int c0 = warp * CH;                         // the warp's first channel
         // a tile's rows of one side, the warp's CH channels of each: NCH lanes copy one row's part
         // (16 bytes each, the row's slot by shuffle), RPI rows per instruction, coalesced; rows of
-        // tokens past the end land as zeros (`vmask`: bit r = row r is a token).
-        auto stage = [&](u32* d0, int pitch, i64 base, u32 slot_, u32 vmask) {
-#pragma unroll
-            for (int i = 0; i < F16_TILE / RPI; ++i) {
-                const int r = RPI * i + lane / NCH, c = lane % NCH;
-                const i64 row = base + __shfl_sync(FULL, slot_, r);
-                cp_async16_zfill(d0 + r * pitch + 4 * c, vals + row * D + c0 + 8 * c, (vmask >> r) & 1u);
-            }
-        };
+        // tokens past the end land as zeros (`vmask`: bit r = row r is a token).  The lane's source
+        // is its side's row 0 plus slot·D (one wide multiply-add), its destination one shared base
+        // plus an immediate: run 75's profile found ≈ 7 address instructions per copy and the 16
+        // destinations of each side hoisted into registers (some spilled to local memory).
+        const int rl = lane / NCH, cl = lane % NCH;  // the lane's row within an instruction, its piece
+        const u16* ksrc = vals + kbase * D + c0 + 8 * cl;
+        const u16* vsrc = vals + vbase * D + c0 + 8 * cl;
+        const u32 kdst = smem_addr(&kt[warp][rl][4 * cl]);
+        const u32 vdst = smem_addr(&vt[warp][rl][4 * cl]);
         // the K side (one commit group), and for the certifier with a Tier-A certificate each
         // lane's own witness row (2·NB bytes, aligned to its size: NB divides 64)
         auto stage_k = [&](u32 slot_, u32 vmask) {
-            stage(&kt[warp][0][0], KP, kbase, slot_, vmask);
+            f16_copy_rows<0, F16_TILE / RPI, RPI, RPI * KP * 4>(kdst, ksrc, slot_, vmask >> rl, rl);
             if (certifier && tier_a) {
                 const u16* wr = wit + (kbase + slot_) * NB;
                 u16* wd = wt + lane * NB;
@@ -181,7 +201,7 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
             cp_async_commit();
         };
         auto stage_v = [&](u32 slot_, u32 vmask) {
-            stage(&vt[warp][0][0], VP, vbase, slot_, vmask);
+            f16_copy_rows<0, F16_TILE / RPI, RPI, RPI * VP * 4>(vdst, vsrc, slot_, vmask >> rl, rl);
             cp_async_commit();
         };
 
@@ -282,17 +302,22 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
                 }
             }
             // ---- the tile's softmax (lane = token; the same in every warp) and the certifier's λ
+            float lt[G], scg[G], p[G], ps[G];
 #pragma unroll
             for (int g = 0; g < G; ++g) {
-                const float lt = sm2 * dot[g];  // ℓ̃ in log2 units
-                if (valid && !is_finite32(lt)) poisoned = true;
-                float mn, scg, p;
-                softmax_tile_step(lt, valid, m[g], mn, scg, p);
-                l[g] = l[g] * scg + warp_sum(p);  // (warp-uniform: 7 registers fewer at G = 7)
-                m[g] = mn;
+                lt[g] = sm2 * dot[g];  // ℓ̃ in log2 units
+                if (valid && !is_finite32(lt[g])) poisoned = true;
+            }
+            softmax_tile_steps<G>(lt, valid, m, scg, p);
 #pragma unroll
-                for (int j = 0; j < CPL; ++j) acc[g][j] *= scg;  // o's rescale, before this tile's P·V
-                P[warp][g][lane] = p;
+            for (int g = 0; g < G; ++g) ps[g] = p[g];
+            if (!F16_LANE_SUMS) warp_sums<G>(ps);  // the tile's sums, warp-uniform
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                l[g] = l[g] * scg[g] + ps[g];
+#pragma unroll
+                for (int j = 0; j < CPL; ++j) acc[g][j] *= scg[g];  // o's rescale, before this tile's P·V
+                P[warp][g][lane] = p[g];
                 if (CERT && certifier && tier && valid) {
                     // λ's sum under its own running maximum, one exponential per token:
                     // 2^{-|x − m2|} scales either the old sum (a new maximum) or the new term;
@@ -300,7 +325,7 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
                     const float c = ct[g];
                     cmx[g] = fmaxf(cmx[g], c);
                     if (c != INFINITY) {
-                        const float x = lt + c * F16_LOG2E;
+                        const float x = lt[g] + c * F16_LOG2E;
                         const bool up = x > m2[g];
                         const float e = exp2f(up ? m2[g] - x : x - m2[g]);
                         l2[g] = up ? l2[g] * e + 1.0f : l2[g] + e;
@@ -363,7 +388,7 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
     poisoned = __any_sync(FULL, poisoned);
 #pragma unroll
     for (int g = 0; g < G; ++g) {
-        const float L = l[g];
+        const float L = F16_LANE_SUMS ? warp_sum(l[g]) : l[g];
         const i64 o = ((i64)b * Hq + h * G + g) * num_splits + s;
         float r[CPL];
 #pragma unroll

@@ -41,13 +41,15 @@
 #define V2_CPITCH (V2_D / 4 + 4)
 // chunks (one Philox call each) unrolled per K row and per V row: the Philox chains of an unrolled
 // pair interleave (ILP), at a register cost.  Measured (run 38, bench/decode_variants.py): two per
-// K row 1–2% faster at G = 4, one at G = 7 (where two also spill at 168 registers).  The macros
-// override the defaults for bench/decode_variants.py.
+// K row 1–2% faster at G = 4, one at G = 7 (where two also spill at 168 registers).  16-bit
+// dither at G = 5–7 (two Philox calls per chunk) takes one per row on both sides: NVRTC 13.0
+// spills 4–8 bytes at 168 registers otherwise.  The macros override the defaults for
+// bench/decode_variants.py.
 #ifndef V2_KUNROLL
-#define V2_KUNROLL (G <= 6 ? 2 : 1)
+#define V2_KUNROLL ((G <= 6 && !(BITS == 16 && G >= 5)) ? 2 : 1)
 #endif
 #ifndef V2_VUNROLL
-#define V2_VUNROLL 2
+#define V2_VUNROLL ((BITS == 16 && G >= 5) ? 1 : 2)
 #endif
 // INT8 dot products blocked by 16-channel chunk up to G = 6 (run 48: the error of v2's logits
 // fell to the general kernel's, at no cost at G = 4; at G = 7 it cost 4–5%, so one chain there)
@@ -358,17 +360,19 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
             }
             // ---- B (same warp, lane = token): logits and the tile's softmax; the certificate's
             // c_t and λ are the V warp's (it has the slack: bench/NOTES.md session 6)
+            float lt[G], sc[G], p[G];
 #pragma unroll
             for (int g = 0; g < G; ++g) {
-                const float lt = sm2 * dot[g];  // ℓ̃ in log2 units
-                if (valid && !is_finite32(lt)) poisoned = true;
-                float mn, sc, p;
-                softmax_tile_step(lt, valid, m[g], mn, sc, p);
-                l[g] = l[g] * sc + p;
-                m[g] = mn;
-                P[g][lane] = p;
-                if (tier) LT[g][lane] = lt;
-                if (lane == 0) sc_s[g] = sc;
+                lt[g] = sm2 * dot[g];  // ℓ̃ in log2 units
+                if (valid && !is_finite32(lt[g])) poisoned = true;
+            }
+            softmax_tile_steps<G>(lt, valid, m, sc, p);
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                l[g] = l[g] * sc[g] + p[g];
+                P[g][lane] = p[g];
+                if (tier) LT[g][lane] = lt[g];
+                if (lane == 0) sc_s[g] = sc[g];
             }
         } else {
             // V: the token's certificate inputs first (K's scales of this row: loads in flight

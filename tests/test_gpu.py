@@ -696,3 +696,16 @@ def test_staged_tile_kernel_agrees_with_the_general_one(G, page, bits):
         r = plan.result()
         assert np.all(np.isnan(r.o[0].get())) and np.all(np.isinf(r.log_a[0].get()))
         assert np.all(np.isfinite(r.o[3].get()))
+
+
+@pytest.mark.parametrize("filename,template", [
+    *[("decode_f16.cu", f"decode_stage1_f16<{G}, 1, {c}>") for G in (4, 7, 8) for c in ("false", "true")],
+    *[("decode_v2.cu", f"decode_stage1_v2<{G}, {bits}>") for G in (4, 7, 8) for bits in (0, 8, 24)]])
+def test_decode_kernels_as_built_on_the_device_use_no_local_memory(filename, template):
+    """The stage-1 kernels as CuPy builds them here (this NVRTC, this driver): no local memory at the
+    head counts of common models (G = 4, 7, 8).  Run 75's profile of decode_stage1_f16<7, 1, false>
+    showed a 40-byte stack frame (staging addresses spilled) that the offline nvcc check did not;
+    tests/test_cuda_compile.py now also checks NVRTC offline, and this checks what the device built."""
+    attrs = _cuda.kernel(filename, None, template).attributes  # (cuFuncGetAttribute)
+    assert attrs["local_size_bytes"] == 0, (template, attrs)
+    assert 0 < attrs["num_regs"] <= 255, (template, attrs)
