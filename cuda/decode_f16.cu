@@ -4,10 +4,13 @@
 // (decode_v2.cu) on such a pool: fp32 dot products of the fp32 query with the stored values
 // converted exactly to fp32 (SPEC §6), Tier-A c_t (SPEC §4), λ and cmax per split.
 //
-// decode_stage1_f16<G, W, CERT>: grid (num_splits, Hkv, B), block W warps serving the kv head's G
-// query heads (CERT: the certified instantiation, tier != 0; the other carries no λ state); warp w
-// owns channels [w·128/W, (w + 1)·128/W) of every K and V row of the split.  Its
-// 32-token tiles go through a two-group cp.async pipeline per side, private to the warp:
+// decode_stage1_f16<G, W, CERT>: grid (⌈num_splits / NP⌉, Hkv, B), block W·NP warps serving the kv
+// head's G query heads (CERT: the certified instantiation, tier != 0; the other carries no λ state).
+// NP = F16_PIPES splits per CTA for W = 1 (decode_f16_geometry.cuh: the query is loaded once per
+// CTA, and 12 one-warp pipelines fit an SM where 10 one-warp CTAs did), 1 for W = 2; warp
+// W·p + w serves split NP·blockIdx.x + p and owns channels [w·128/W, (w + 1)·128/W) of every K and
+// V row of it.  Its 32-token tiles go through a two-group cp.async pipeline per side, private to
+// the warp:
 //   K(i) [+ the witness rows] lands → lane = token: the G partial dot products over the warp's
 //        channels; with W = 2 the two halves meet through shared memory (one barrier per tile) and
 //        both warps run the same online softmax on the same logits; the last warp forms c_t and λ;
@@ -34,16 +37,10 @@
 #include "common.cuh"
 #include "cp_async.cuh"
 
-#define F16_TILE 32
-#define F16_D 128
+#include "decode_f16_geometry.cuh"
+
 #define F16_LOG2E 1.4426950408889634f
 #define F16_LN2 0.6931471805599453f
-
-// dynamic shared memory in bytes: with a Tier-A certificate, the tile's K witness rows (u16
-// [32][NB]) and the heads' band norms (float [G][NB]); nothing otherwise
-__host__ __device__ constexpr int f16_smem_bytes(int G, int NB, bool tier_a) {
-    return tier_a ? F16_TILE * NB * 2 + G * NB * 4 : 0;
-}
 
 // the fp16 values of a 32-bit word, exactly, as fp32 (ptxas converts each half in place)
 __device__ __forceinline__ void f16_pair(u32 w, float& lo, float& hi) {
@@ -95,29 +92,20 @@ __device__ __forceinline__ void f16_copy_rows(u32 dst, const u16* src, u32 slot_
 #define F16_PU(W) ((W) == 1 ? 2 : 1)
 #endif
 
-// CTAs per SM the register budget is set for.  The register file is four quadrants, one per
-// scheduler, so n warps per SM allow 16384 / (⌈n/4⌉·32) registers a thread.  Without a
-// certificate: W = 2, 8 CTAs (16 warps, 128 registers; shared memory allows 8–10) up to G = 7 and
-// 6 at G = 8 (168: NVRTC 13.0 spills at 128); W = 1, 10 (168).  With one, λ's per-lane running sums
-// (3·G registers) spill under those caps from G = 6 or 7 up (ptxas, CUDA 13.0): W = 2 takes 6 CTAs
-// up to G = 6 (168), else 4 (255); W = 1 no cap.
-__host__ __device__ constexpr int f16_min_blocks(int G, int W, bool cert) {
-    return cert ? (W == 1 ? 1 : (G <= 6 ? 6 : 4)) : (W == 1 ? 10 : (G <= 7 ? 8 : 6));
-}
-
 template <int G, int W, bool CERT>
-__global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_stage1_f16(
+__global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CERT)) decode_stage1_f16(
     const float* __restrict__ q, const u16* __restrict__ vals, const u16* __restrict__ wit,
     const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
     const int* __restrict__ kv_last_page_len, float* __restrict__ o_part, float* __restrict__ lse_part,
     float* __restrict__ lam_part, float* __restrict__ cmax_part, i64 N, int H, int layer, int NB, int page_shift,
     int num_pages, int nnz, int num_splits, int tier, float sm) {
     static_assert(W == 1 || W == 2, "W: one warp, or two splitting the channels");
+    static_assert(F16_PIPES >= 1 && 12 % F16_PIPES == 0, "F16_PIPES: a divisor of 12");
+    constexpr int NP = f16_pipes(W);  // the CTA's pipelines (splits)
     constexpr int D = F16_D;
     constexpr int CH = D / W;        // channels of a row per warp
     constexpr int CPL = CH / 32;     // output channels per lane in P·V (4 or 2)
-    constexpr int KP = CH / 2 + 4;   // words per staged K row: a quarter-warp's 16-byte reads of 8
-                                     // rows (lane = token) fall on distinct banks
+    constexpr int KP = f16_kp(W);    // words per staged K row
     constexpr int VP = CH / 2;       // V is read a row at a time (lane = channels): no padding
     constexpr int NCH = CH / 8;      // 16-byte pieces of a row's CH channels
     constexpr int RPI = 32 / NCH;    // rows per staging instruction
@@ -125,31 +113,36 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
     constexpr int KU = F16_KU(W);    // 8-channel q·k steps unrolled (the pragma takes no macros)
     constexpr int PU = F16_PU(W);    // 4-token P·V steps unrolled
     constexpr u32 FULL = 0xffffffffu;
-    __shared__ __align__(16) float q_s[G][D];
-    __shared__ __align__(16) u32 kt[W][F16_TILE][KP];
-    __shared__ __align__(16) u32 vt[W][F16_TILE][VP];
-    __shared__ __align__(16) float P[W][G][F16_TILE];  // each warp's copy of the same probabilities
-    __shared__ float xd[W == 1 ? 1 : 2 * W * G * F16_TILE];  // partial dot products, by tile parity
-    extern __shared__ __align__(16) u16 f16_dyn[];  // f16_smem_bytes: witness rows, then band norms
-    u16* wt = f16_dyn;                                                  // [32][NB]
-    float* a_band = reinterpret_cast<float*>(f16_dyn + F16_TILE * NB);  // [G][NB]: sm·||q_g|| per band
-
-    const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    extern __shared__ __align__(16) unsigned char f16_dyn[];  // f16_smem_bytes, in its order
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int pipe = warp / W, part = warp % W;  // the warp's split in the CTA, its channel part
+    float(*q_s)[D] = reinterpret_cast<float(*)[D]>(f16_dyn);
+    unsigned char* wbuf = f16_dyn + G * D * 4 + warp * f16_warp_bytes(G, W);  // this warp's tiles
+    u32(*kt)[KP] = reinterpret_cast<u32(*)[KP]>(wbuf);                            // [32][KP]
+    u32(*vt)[VP] = reinterpret_cast<u32(*)[VP]>(wbuf + F16_TILE * KP * 4);        // [32][VP]
+    float(*P)[F16_TILE] = reinterpret_cast<float(*)[F16_TILE]>(wbuf + F16_TILE * (KP + VP) * 4);  // [G][32]
+    unsigned char* after = f16_dyn + G * D * 4 + W * NP * f16_warp_bytes(G, W);
+    float* xd = reinterpret_cast<float*>(after);  // W = 2: partial dot products, by tile parity
+    if (W == 2) after += 2 * W * G * F16_TILE * 4;
+    u16* wt = reinterpret_cast<u16*>(after) + pipe * F16_TILE * NB;                  // [32][NB]
+    float* a_band = reinterpret_cast<float*>(after + NP * F16_TILE * NB * 2);        // [G][NB]: sm·||q_g||
+
+    const int s = blockIdx.x * NP + pipe, h = blockIdx.y, b = blockIdx.z;
+    const bool live = s < num_splits;  // (the last CTA's spare pipelines only help load the query)
     const int Hq = H * G;
     const float sm2 = sm * F16_LOG2E;
     // CERT: the certified instantiation (tier != 0); an Fp16Pool has no Tier B: any tier without A
     // gives c_t = +inf
     const bool tier_a = CERT && (tier & 1) != 0;
-    const bool certifier = warp == CW;
+    const bool certifier = part == CW;
 
     // ---- the split's token range, every page-table value checked before use (as decode_stage1)
     const RequestPages rp = request_pages(kv_indptr, kv_last_page_len, b, nnz, page_shift);
     bool poisoned = rp.poisoned;
-    const SplitTokens st_ = split_tokens(rp, s, num_splits, page_shift);
-    const i64 ta = st_.ta, tb = st_.tb;
+    const SplitTokens st_ = split_tokens(rp, live ? s : 0, num_splits, page_shift);
+    const i64 ta = st_.ta, tb = live ? st_.tb : st_.ta;  // a spare pipeline: an empty range
 
-    // o channels warp·CH + CPL·lane + j per head; the softmax maximum m (log2 units) and sum l,
+    // o channels part·CH + CPL·lane + j per head; the softmax maximum m (log2 units) and sum l,
     // both warp-uniform and the same in every warp; the certifier's λ running maximum m2 and sum
     // l2 over the lane's tokens, and cmax
     float acc[G][CPL], m[G], l[G], m2[G], l2[G], cmx[G];
@@ -162,14 +155,15 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
         cmx[g] = 0.0f;
     }
 
-    if (ta < tb) {  // CTA-uniform: an empty split goes straight to its outputs
+    const bool run = ta < tb;  // warp-uniform: an empty split goes straight to its outputs
+    {
         // lane = token of a tile: its page id and slot (common.cuh: tile_page, tile_slot); every
         // warp reads the same
         auto page_of = [&](i64 t0n) { return tile_page(kv_indices, rp.p0, t0n, tb, lane, page_shift); };
         auto slot_at = [&](i64 t0n, int page) { return tile_slot(t0n, tb, lane, page, page_shift, num_pages, poisoned); };
         const i64 kbase = ((i64)layer * 2 * H + h) * N;  // row of slot 0, K side
         const i64 vbase = kbase + (i64)H * N;             // and V side
-        const int c0 = warp * CH;                         // the warp's first channel
+        const int c0 = part * CH;                         // the warp's first channel
         // a tile's rows of one side, the warp's CH channels of each: NCH lanes copy one row's part
         // (16 bytes each, the row's slot by shuffle), RPI rows per instruction, coalesced; rows of
         // tokens past the end land as zeros (`vmask`: bit r = row r is a token).  The lane's source
@@ -179,8 +173,8 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
         const int rl = lane / NCH, cl = lane % NCH;  // the lane's row within an instruction, its piece
         const u16* ksrc = vals + kbase * D + c0 + 8 * cl;
         const u16* vsrc = vals + vbase * D + c0 + 8 * cl;
-        const u32 kdst = smem_addr(&kt[warp][rl][4 * cl]);
-        const u32 vdst = smem_addr(&vt[warp][rl][4 * cl]);
+        const u32 kdst = smem_addr(&kt[rl][4 * cl]);
+        const u32 vdst = smem_addr(&vt[rl][4 * cl]);
         // the K side (one commit group), and for the certifier with a Tier-A certificate each
         // lane's own witness row (2·NB bytes, aligned to its size: NB divides 64)
         auto stage_k = [&](u32 slot_, u32 vmask) {
@@ -205,23 +199,25 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
             cp_async_commit();
         };
 
-        int pg = page_of(ta);
-        i64 sl = slot_at(ta, pg);
-        {
+        int pg = 0;
+        i64 sl = -1;
+        if (run) {
+            pg = page_of(ta);
+            sl = slot_at(ta, pg);
             const u32 vm = __ballot_sync(FULL, sl >= 0);
             stage_k(sl < 0 ? 0u : (u32)sl, vm);  // the first tile loads during the set-up below
             stage_v(sl < 0 ? 0u : (u32)sl, vm);
+            pg = page_of(ta + F16_TILE);
         }
-        pg = page_of(ta + F16_TILE);
 
-        // ---- per query head: the query, and the Tier-A band norms
-        for (int idx = threadIdx.x; idx < G * D / 4; idx += 32 * W)
+        // ---- per query head, by the whole CTA: the query, and the Tier-A band norms
+        for (int idx = threadIdx.x; idx < G * D / 4; idx += 32 * W * NP)
             reinterpret_cast<float4*>(&q_s[0][0])[idx] =
                 reinterpret_cast<const float4*>(q + ((i64)b * Hq + (i64)h * G) * D)[idx];
         __syncthreads();
         if (tier_a) {
             const int per = D / NB;
-            for (int idx = threadIdx.x; idx < G * NB; idx += 32 * W) {
+            for (int idx = threadIdx.x; idx < G * NB; idx += 32 * W * NP) {
                 const int g = idx / NB, bb = idx % NB;
                 float acc2 = 0.0f;
                 for (int j = 0; j < per; ++j) {
@@ -234,9 +230,9 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
         }
 
         int par = 0;  // tile parity: the partial dot products' buffer (W = 2)
-        for (i64 t0 = ta; t0 < tb; t0 += F16_TILE) {
+        for (i64 t0 = ta; t0 < tb; t0 += F16_TILE) {  // (no iteration when !run)
             const bool valid = sl >= 0;
-            const bool more = t0 + F16_TILE < tb;  // CTA-uniform
+            const bool more = t0 + F16_TILE < tb;  // warp-uniform (W = 2: the same in both warps)
             // the next tile's slots (its page ids were read a tile ahead), and the page ids after it
             const i64 sln = slot_at(t0 + F16_TILE, pg);
             pg = page_of(t0 + 2 * F16_TILE);
@@ -249,7 +245,7 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
             float dot[G];
 #pragma unroll
             for (int g = 0; g < G; ++g) dot[g] = 0.0f;
-            const u32* krow = &kt[warp][lane][0];
+            const u32* krow = &kt[lane][0];
 #pragma unroll (KU)
             for (int k = 0; k < CH / 8; ++k) {
                 const uint4 w = *reinterpret_cast<const uint4*>(krow + 4 * k);
@@ -317,7 +313,7 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
                 l[g] = l[g] * scg[g] + ps[g];
 #pragma unroll
                 for (int j = 0; j < CPL; ++j) acc[g][j] *= scg[g];  // o's rescale, before this tile's P·V
-                P[warp][g][lane] = p[g];
+                P[g][lane] = p[g];
                 if (CERT && certifier && tier && valid) {
                     // λ's sum under its own running maximum, one exponential per token:
                     // 2^{-|x − m2|} scales either the old sum (a new maximum) or the new term;
@@ -351,7 +347,7 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
                 float v[4][CPL];
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    const u32* vr = &vt[warp][t + i][lane * CPL / 2];
+                    const u32* vr = &vt[t + i][lane * CPL / 2];
                     if constexpr (CPL == 4) {
                         const uint2 w = *reinterpret_cast<const uint2*>(vr);
                         f16_pair(w.x, v[i][0], v[i][1]);
@@ -362,7 +358,7 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
                 }
 #pragma unroll
                 for (int g = 0; g < G; ++g) {
-                    const float4 pp = *reinterpret_cast<const float4*>(&P[warp][g][t]);
+                    const float4 pp = *reinterpret_cast<const float4*>(&P[g][t]);
 #pragma unroll
                     for (int j = 0; j < CPL; ++j) {
                         acc[g][j] += pp.x * v[0][j];
@@ -382,9 +378,10 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
         }
         cp_async_wait_all();  // nothing in flight at exit (the trailing groups are empty)
     }
+    if (!live) return;  // after the CTA's barriers
 
-    // ---- outputs: every warp holds the same m, l and poison flag (the same logits, the same page
-    // ids); each writes its channels of o, the certifier the split's statistics
+    // ---- outputs: every warp of a split holds the same m, l and poison flag (the same logits, the
+    // same page ids); each writes its channels of o, the certifier the split's statistics
     poisoned = __any_sync(FULL, poisoned);
 #pragma unroll
     for (int g = 0; g < G; ++g) {
@@ -393,7 +390,7 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
         float r[CPL];
 #pragma unroll
         for (int j = 0; j < CPL; ++j) r[j] = poisoned ? NAN : (L == 0.0f ? 0.0f : acc[g][j] / L);
-        float* dst = &o_part[o * D + warp * CH + CPL * lane];
+        float* dst = &o_part[o * D + part * CH + CPL * lane];
         if constexpr (CPL == 4) {
             *reinterpret_cast<float4*>(dst) = make_float4(r[0], r[1], r[2], r[3]);
         } else {
@@ -410,7 +407,7 @@ __global__ void __launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_sta
                                   m2e == INFINITY ? INFINITY : (L2 > 0.0f ? m2e * F16_LN2 + logf(L2) : -INFINITY),
                                   CM, lse_part, lam_part, cmax_part);
             }
-        } else if (!CERT && warp == 0 && lane == g) {  // no certificate: λ = −inf, cmax 0 (as tier 0)
+        } else if (!CERT && part == 0 && lane == g) {  // no certificate: λ = −inf, cmax 0 (as tier 0)
             store_split_stats(o, poisoned, L, m[g] * F16_LN2 + logf(L), -INFINITY, 0.0f, lse_part, lam_part,
                               cmax_part);
         }

@@ -117,7 +117,9 @@ def test_launch_layer_block_size_is_the_kernel_s():
     src = (_cuda.kernel_dir() / "decode_v2.cu").read_text()
     assert int(re.search(r"#define V2_THREADS (\d+)", src).group(1)) == _cuda.V2_THREADS
     src = (_cuda.kernel_dir() / "decode_f16.cu").read_text()
-    assert "__launch_bounds__(32 * W, f16_min_blocks(G, W, CERT)) decode_stage1_f16(" in src
+    assert "__launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CERT)) decode_stage1_f16(" in src
+    geom = (_cuda.kernel_dir() / "decode_f16_geometry.cuh").read_text()
+    assert int(re.search(r"#define F16_PIPES (\d+)", geom).group(1)) == _cuda.F16_PIPES
     assert _cuda.F16_WARPS in (1, 2)
     # the extend: 8 row warps, and the two producer warpgroups on the wgmma path
     from witcert_cupy import _cuda_extend
@@ -130,12 +132,24 @@ def test_launch_layer_block_size_is_the_kernel_s():
     assert _cuda_extend.smem_bytes() <= 227 * 1024
 
 
-def test_f16_shared_memory_formula_is_the_kernel_s():
-    src = (_cuda.kernel_dir() / "decode_f16.cu").read_text()
-    assert "return tier_a ? F16_TILE * NB * 2 + G * NB * 4 : 0;" in src
-    assert "#define F16_TILE 32" in src
-    assert [_cuda.f16_smem_bytes(g, nb, a) for g, nb, a in ((4, 16, 1), (7, 64, 1), (1, 1, 1), (8, 16, 0))] == \
-        [1280, 5888, 68, 0]
+def test_f16_launch_geometry_is_the_kernel_s(tmp_path):
+    """decode_stage1_f16's splits per CTA and dynamic shared memory as the launch layer computes them
+    (witcert_cupy/_cuda.py) equal the kernel source's constexpr helpers, run on the host; and every
+    CTA fits what an sm_90 SM gives (227 KB a CTA, 228 KB an SM with 1 KB kept per CTA) at the
+    CTAs per SM its register bound is set for."""
+    exe = tmp_path / "geom"
+    src = Path(__file__).parent / "cuda_host" / "f16_smem.cu"
+    out = subprocess.run([NVCC, "-std=c++17", *_cuda.defines(), "-I", str(_cuda.kernel_dir()), str(src), "-o",
+                          str(exe)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    lines = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout.strip().split("\n")
+    assert len(lines) == 8 * 2 * 4 * 2
+    for line in lines:
+        (G, W, NB, a), (pipes, smem, min_plain, min_cert) = (list(map(int, x.split())) for x in line.split("->"))
+        assert (pipes, smem) == (_cuda.f16_pipes(W), _cuda.f16_smem_bytes(G, NB, a, warps=W)), line
+        assert smem <= 227 * 1024, line
+        if W == 1 and not a:  # the uncertified one-warp pipelines: 12 warps per SM
+            assert min_plain * (smem + 1024) <= 228 * 1024 and min_plain * pipes == 12, line
 
 
 def test_source_hash_tracks_every_file():

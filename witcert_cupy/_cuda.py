@@ -123,11 +123,27 @@ V2_THREADS = 64
 # decode_variants.py --fp16 F16_WARPS=2`` compares them, and the GPU tests run both.
 F16_WARPS = 1
 
+# one-warp pipelines (splits) per CTA of decode_stage1_f16<G, 1, ·>: cuda/decode_f16.cu's F16_PIPES
+# (tests/test_cuda_compile.py checks the two agree; bench/decode_variants.py varies both)
+F16_PIPES = 4
 
-def f16_smem_bytes(G, num_bands, tier_a):
+
+def f16_pipes(warps=None):
+    """Splits per CTA of decode_stage1_f16 with ``warps`` warps per split (F16_WARPS by default)."""
+    return F16_PIPES if (F16_WARPS if warps is None else warps) == 1 else 1
+
+
+def f16_smem_bytes(G, num_bands, tier_a, warps=None):
     """decode_stage1_f16's dynamic shared memory in bytes (cuda/decode_f16.cu, ``f16_smem_bytes``):
-    with a Tier-A certificate the tile's 32 witness rows (fp16) and the heads' band norms (fp32)."""
-    return 32 * num_bands * 2 + G * num_bands * 4 if tier_a else 0
+    the query, each warp's K and V tiles and probabilities, the two-warp kernel's partial dot
+    products, and with a Tier-A certificate each pipeline's 32 witness rows (fp16) and the heads'
+    band norms (fp32)."""
+    W = F16_WARPS if warps is None else warps
+    npipe = f16_pipes(W)
+    kp, vp = 128 // W // 2 + 4, 128 // W // 2
+    per_warp = 32 * (kp + vp) * 4 + G * 32 * 4
+    return (G * 128 * 4 + W * npipe * per_warp + (2 * W * G * 32 * 4 if W == 2 else 0)
+            + (npipe * 32 * num_bands * 2 + G * num_bands * 4 if tier_a else 0))
 
 
 @functools.lru_cache(maxsize=None)
@@ -552,12 +568,15 @@ class DecodePlan:
         if stage1 == "auto":
             stage1 = "f16" if f16_ok else ("v2" if v2_ok else "v1")
         self.kernel_name = stage1
-        self.block1 = {"v2": V2_THREADS, "f16": 32 * F16_WARPS}.get(stage1, 128)
+        npipe = f16_pipes() if stage1 == "f16" else 1  # splits per CTA
+        self.block1 = {"v2": V2_THREADS, "f16": 32 * F16_WARPS * npipe}.get(stage1, 128)
         self.smem1 = 0  # dynamic shared memory of stage 1
         if stage1 == "f16":  # the certified instantiation keeps λ's sums; the other has none
             certified = "true" if cert is not None else "false"
             self.stage1 = kernel("decode_f16.cu", None, f"decode_stage1_f16<{G}, {F16_WARPS}, {certified}>")
             self.smem1 = f16_smem_bytes(G, dev.num_bands, cert_mod.tier_code(cert) & 1)
+            if self.smem1 > self.stage1.max_dynamic_shared_size_bytes:  # (beyond 48 KB: opt in)
+                self.stage1.max_dynamic_shared_size_bytes = self.smem1
         elif stage1 == "v2":  # the second template argument: dither bits, 0 for fp16 rows
             self.stage1 = kernel("decode_v2.cu", None, f"decode_stage1_v2<{G}, {0 if dev.fp16_store else bits}>")
         else:
@@ -567,9 +586,10 @@ class DecodePlan:
         # up to 128 splits of at least 64 tokens, the mean request's length from the table's shape)
         if not ns:
             resident = _resident_ctas(self.stage1, self.block1, self.smem1)
-            if stage1 == "f16":
-                ns = dev.default_num_splits(B, resident, max_splits=128,
+            if stage1 == "f16":  # a whole number of CTAs' pipelines where there are several
+                ns = dev.default_num_splits(B, resident * npipe, max_splits=128,
                                             tokens=self.ix.shape[0] * p.page_size // max(1, B))
+                ns = ns - ns % npipe if ns >= npipe else ns
             else:
                 ns = dev.default_num_splits(B, resident)
         self.ns = ns
@@ -577,7 +597,7 @@ class DecodePlan:
         self.lse_part = cp.empty((B, Hq, ns), cp.float32)
         self.lam_part = cp.empty((B, Hq, ns), cp.float32)
         self.cmax_part = cp.empty((B, Hq, ns), cp.float32)
-        self.grid1 = (ns, p.num_kv_heads, B)
+        self.grid1 = (-(-ns // npipe), p.num_kv_heads, B)
         common = (self.q, data, scales, outl, wit, bypass, dev.band_ch, self.ip, self.ix, self.ll, self.o_part,
                   self.lse_part, self.lam_part, self.cmax_part)
         if self.kernel_name == "f16":
