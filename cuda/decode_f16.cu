@@ -30,7 +30,7 @@
 // softmax per tile.
 // Sum orders: token order per output channel, band order in c_t; q·k in channel order per warp,
 // the W partial sums then added (W = 1: the channel order of decode_stage1_v2<G, 0>); the softmax
-// sum tile by tile (each tile's 32 terms by a warp reduction).
+// sum per lane in token order, the 32 lanes' sums then by a warp reduction (F16_LANE_SUMS).
 // Never reads out of bounds: page ids outside the pool, an inconsistent kv_indptr or a bad
 // last-page length poison the split (NaN output, infinite certificate), as in decode_stage1; a
 // token past the split's end stages zeros (its row is not read; the witness row of slot 0 is).
@@ -82,10 +82,11 @@ __device__ __forceinline__ void f16_copy_rows(u32 dst, const u16* src, u32 slot_
 #define F16_KU(W) ((W) == 1 ? 4 : 2)
 #endif
 
-// the softmax sums: warp-uniform, tile by tile (0: the shipped order), or per lane over its tokens
-// and one warp sum at the end (1: five shuffles and adds per head fewer per tile; another order)
+// the softmax sums: per lane over its tokens and one warp sum at the end (1: five shuffles and adds
+// per head fewer per tile; 2–3% faster at G = 7, runs 77 and 79), or warp-uniform, tile by tile
+// (0: the order before session 11)
 #ifndef F16_LANE_SUMS
-#define F16_LANE_SUMS 0
+#define F16_LANE_SUMS 1
 #endif
 
 #ifndef F16_PU
@@ -142,9 +143,9 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
     const SplitTokens st_ = split_tokens(rp, live ? s : 0, num_splits, page_shift);
     const i64 ta = st_.ta, tb = live ? st_.tb : st_.ta;  // a spare pipeline: an empty range
 
-    // o channels part·CH + CPL·lane + j per head; the softmax maximum m (log2 units) and sum l,
-    // both warp-uniform and the same in every warp; the certifier's λ running maximum m2 and sum
-    // l2 over the lane's tokens, and cmax
+    // o channels part·CH + CPL·lane + j per head; the softmax maximum m (log2 units), warp-uniform,
+    // and sum l (per lane: F16_LANE_SUMS), the same in every warp of a split; the certifier's λ
+    // running maximum m2 and sum l2 over the lane's tokens, and cmax
     float acc[G][CPL], m[G], l[G], m2[G], l2[G], cmx[G];
 #pragma unroll
     for (int g = 0; g < G; ++g) {
