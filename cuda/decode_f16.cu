@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
     const bool run = ta < tb;  // warp-uniform: an empty split goes straight to its outputs
     {
         // lane = token of a tile: its page id and slot (common.cuh: tile_page, tile_slot); every
-        // warp reads the same
+        // warp of a split reads the same
         auto page_of = [&](i64 t0n) { return tile_page(kv_indices, rp.p0, t0n, tb, lane, page_shift); };
         auto slot_at = [&](i64 t0n, int page) { return tile_slot(t0n, tb, lane, page, page_shift, num_pages, poisoned); };
         const i64 kbase = ((i64)layer * 2 * H + h) * N;  // row of slot 0, K side
@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
                     ct[g] = c1 <= WC_F32_MAX ? c1 : INFINITY;
                 }
             }
-            // ---- the tile's softmax (lane = token; the same in every warp) and the certifier's λ
+            // ---- the tile's softmax (lane = token; the same in every warp of a split) and the certifier's λ
             float lt[G], scg[G], p[G], ps[G];
 #pragma unroll
             for (int g = 0; g < G; ++g) {

@@ -118,13 +118,14 @@ def kernel(filename: str, name: str, template: str | None = None, extra_options:
 V2_THREADS = 64
 
 
-# warps per CTA of decode_stage1_f16<G, W, CERT> (cuda/decode_f16.cu): one.  Two warps splitting
+# warps per split of decode_stage1_f16<G, W, CERT> (cuda/decode_f16.cu): one.  Two warps splitting
 # each row's channels measured 0–4% slower (run 54, bench/NOTES.md session 8); ``bench/
 # decode_variants.py --fp16 F16_WARPS=2`` compares them, and the GPU tests run both.
 F16_WARPS = 1
 
-# one-warp pipelines (splits) per CTA of decode_stage1_f16<G, 1, ·>: cuda/decode_f16.cu's F16_PIPES
-# (tests/test_cuda_compile.py checks the two agree; bench/decode_variants.py varies both)
+# one-warp pipelines (splits) per CTA of decode_stage1_f16<G, 1, ·>: F16_PIPES of
+# cuda/decode_f16_geometry.cuh (tests/test_cuda_compile.py checks the two agree;
+# bench/decode_variants.py varies both)
 F16_PIPES = 4
 
 
@@ -439,7 +440,8 @@ class _DeviceBase:
 
 
     def default_num_splits(self, batch, ctas_per_sm=4, max_splits=64, tokens=None, min_tokens=64):
-        """One wave of resident CTAs (``ctas_per_sm`` per SM, the stage-1 kernel's occupancy) over
+        """One wave of resident CTAs (``ctas_per_sm`` per SM, the stage-1 kernel's occupancy; for
+        the fp16 kernel's pipelines, splits per SM) over
         batch × kv heads, at most ``max_splits``; splits beyond a request's pages exit at once.  Chosen
         without reading the page table (that would synchronise the host).  Measured
         (``bench/decode.py --splits``, bench/NOTES.md session 6): one wave beats two at every
