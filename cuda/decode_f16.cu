@@ -11,9 +11,10 @@
 // W·p + w serves split NP·blockIdx.x + p and owns channels [w·128/W, (w + 1)·128/W) of every K and
 // V row of it.  Its 32-token tiles go through a two-group cp.async pipeline per side, private to
 // the warp:
-//   K(i) [+ the witness rows] lands → lane = token: the G partial dot products over the warp's
-//        channels; with W = 2 the two halves meet through shared memory (one barrier per tile) and
-//        both warps run the same online softmax on the same logits; the last warp forms c_t and λ;
+//   K(i) [+ the witness rows] lands → lanes t and t ± 16 hold token t's two channel halves: the
+//        G partial dot products over the warp's channels (then lane = token); with W = 2 the two
+//        warps' parts meet through shared memory (one barrier per tile) and both warps run the
+//        same online softmax on the same logits; the last warp forms c_t and λ;
 //        → K(i+1) is issued into the freed buffer;
 //   V(i) lands → lane = 128/(32·W) of the warp's output channels: o += P·V̂ in token order
 //        → V(i+1) is issued.
@@ -28,9 +29,10 @@
 // tile's buffers between two warps (16 warps per SM instead of 10) but measured 0–4% slower
 // (run 54): fewer bytes in flight per SM (8 CTAs' buffers instead of 10), a barrier and a second
 // softmax per tile.
-// Sum orders: token order per output channel, band order in c_t; q·k in channel order per warp,
-// the W partial sums then added (W = 1: the channel order of decode_stage1_v2<G, 0>); the softmax
-// sum per lane in token order, the 32 lanes' sums then by a warp reduction (F16_LANE_SUMS).
+// Sum orders: token order per output channel, band order in c_t; q·k in channel order over each
+// half of the warp's channels, the two halves then added (F16_KPAIR; 0: one chain in channel order,
+// that of decode_stage1_v2<G, 0>), and the W warps' partial sums added; the softmax sum per lane in
+// token order, the 32 lanes' sums then by a warp reduction (F16_LANE_SUMS).
 // Never reads out of bounds: page ids outside the pool, an inconsistent kv_indptr or a bad
 // last-page length poison the split (NaN output, infinite certificate), as in decode_stage1; a
 // token past the split's end stages zeros (its row is not read; the witness row of slot 0 is).
@@ -87,6 +89,12 @@ __device__ __forceinline__ void f16_copy_rows(u32 dst, const u16* src, u32 slot_
 // (0: the order before session 11)
 #ifndef F16_LANE_SUMS
 #define F16_LANE_SUMS 1
+#endif
+
+// q·k with two tokens a lane, half the channels each (1: each 16-byte broadcast of q serves two
+// rows, half the q loads; 6% faster at G = 7, run 81), or a token a lane over all of them (0)
+#ifndef F16_KPAIR
+#define F16_KPAIR 1
 #endif
 
 #ifndef F16_PU
@@ -244,20 +252,60 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
             cp_async_wait_group<1>();  // K(i) and its witness rows; V(i) may still be in flight
             __syncwarp();              // the lanes that copied this lane's row
             float dot[G];
+            if constexpr (F16_KPAIR) {
+                // two tokens a lane, half the channels each (lanes 0–15: the first half of tokens
+                // lane and lane + 16, lanes 16–31 the second half of the same two): a q broadcast
+                // serves two rows; then each lane trades the partial sum its partner needs
+                const int tA = lane & 15, hh = lane >> 4;
+                float dA[G], dB[G];
 #pragma unroll
-            for (int g = 0; g < G; ++g) dot[g] = 0.0f;
-            const u32* krow = &kt[lane][0];
+                for (int g = 0; g < G; ++g) dA[g] = dB[g] = 0.0f;
+                const u32* ra = &kt[tA][hh * (CH / 4)];
+                const u32* rb = &kt[tA + 16][hh * (CH / 4)];
 #pragma unroll (KU)
-            for (int k = 0; k < CH / 8; ++k) {
-                const uint4 w = *reinterpret_cast<const uint4*>(krow + 4 * k);
-                float x[8];
-                f16_pair(w.x, x[0], x[1]);
-                f16_pair(w.y, x[2], x[3]);
-                f16_pair(w.z, x[4], x[5]);
-                f16_pair(w.w, x[6], x[7]);
+                for (int k = 0; k < CH / 16; ++k) {
+                    const uint4 wa = *reinterpret_cast<const uint4*>(ra + 4 * k);
+                    const uint4 wb = *reinterpret_cast<const uint4*>(rb + 4 * k);
+                    float xa[8], xb[8];
+                    f16_pair(wa.x, xa[0], xa[1]);
+                    f16_pair(wa.y, xa[2], xa[3]);
+                    f16_pair(wa.z, xa[4], xa[5]);
+                    f16_pair(wa.w, xa[6], xa[7]);
+                    f16_pair(wb.x, xb[0], xb[1]);
+                    f16_pair(wb.y, xb[2], xb[3]);
+                    f16_pair(wb.z, xb[4], xb[5]);
+                    f16_pair(wb.w, xb[6], xb[7]);
+#pragma unroll
+                    for (int g = 0; g < G; ++g) {
+                        const float* qg = &q_s[g][c0 + hh * (CH / 2) + 8 * k];
+                        dA[g] = dot8(dA[g], qg, xa);
+                        dB[g] = dot8(dB[g], qg, xb);
+                    }
+                }
+                // lane t < 16 keeps its first half of token t and receives the second (lane t + 16's
+                // dA); lane t ≥ 16 keeps its second half of token t and receives the first (lane
+                // t − 16's dB): dot = half 0 + half 1 in both (fp32 addition commutes exactly)
 #pragma unroll
                 for (int g = 0; g < G; ++g) {
-                    dot[g] = dot8(dot[g], &q_s[g][c0 + 8 * k], x);
+                    const float give = hh ? dA[g] : dB[g], keep = hh ? dB[g] : dA[g];
+                    dot[g] = keep + __shfl_xor_sync(FULL, give, 16);
+                }
+            } else {
+#pragma unroll
+                for (int g = 0; g < G; ++g) dot[g] = 0.0f;
+                const u32* krow = &kt[lane][0];
+#pragma unroll (KU)
+                for (int k = 0; k < CH / 8; ++k) {
+                    const uint4 w = *reinterpret_cast<const uint4*>(krow + 4 * k);
+                    float x[8];
+                    f16_pair(w.x, x[0], x[1]);
+                    f16_pair(w.y, x[2], x[3]);
+                    f16_pair(w.z, x[4], x[5]);
+                    f16_pair(w.w, x[6], x[7]);
+#pragma unroll
+                    for (int g = 0; g < G; ++g) {
+                        dot[g] = dot8(dot[g], &q_s[g][c0 + 8 * k], x);
+                    }
                 }
             }
             if constexpr (W == 2) {  // the halves meet: both warps hold dot(half 0) + dot(half 1)
