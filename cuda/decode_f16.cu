@@ -78,8 +78,9 @@ __device__ __forceinline__ void f16_copy_rows(u32 dst, const u16* src, u32 slot_
     }
 }
 
-// 8-channel q·k steps unrolled: four measured best at W = 1, G = 7 (run 53: two and eight were
-// 1–4% slower)
+// 8-channel q·k steps unrolled (with F16_KPAIR, steps of two rows): four measured best at W = 1,
+// G = 7 (run 53: two and eight were 1–4% slower; with two rows a step, run 82: two the same,
+// eight 2–4% slower)
 #ifndef F16_KU
 #define F16_KU(W) ((W) == 1 ? 4 : 2)
 #endif
