@@ -209,6 +209,17 @@ WC_D void warp_sums(float (&v)[G]) {
         for (int g = 0; g < G; ++g) v[g] += __shfl_xor_sync(0xffffffffu, v[g], off);
 }
 
+// A tile's logits in log2 units (the softmax runs on exp2) from the G dot products; a token's
+// non-finite logit poisons the split
+template <int G>
+WC_D void tile_logits(const float (&dot)[G], float sm2, bool valid, float (&lt)[G], bool& poisoned) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        lt[g] = sm2 * dot[g];
+        if (valid && !is_finite32(lt[g])) poisoned = true;
+    }
+}
+
 // One 32-token tile of the staged decodes' online softmax for the G heads of a kv head (lane =
 // token, logits `lt` in log2 units): the running maxima m become the maxima after the tile, `sc`
 // the rescales of what was summed before, `p` the token's weights (0 past the split's end; 1 and

@@ -50,6 +50,14 @@ __device__ __forceinline__ void f16_pair(u32 w, float& lo, float& hi) {
     hi = f16_to_f32((u16)(w >> 16));
 }
 
+// the eight fp16 values of a 16-byte load, exactly, as fp32
+__device__ __forceinline__ void f16_x8(const uint4& w, float (&x)[8]) {
+    f16_pair(w.x, x[0], x[1]);
+    f16_pair(w.y, x[2], x[3]);
+    f16_pair(w.z, x[4], x[5]);
+    f16_pair(w.w, x[6], x[7]);
+}
+
 // Σ_b a_{g,b} w_{t,b} per head in band order (SPEC §4, Tier A) from a staged witness row of NB
 // bands, NB a compile-time constant so that every access has a known width and bound (eight
 // bands per step: a whole unroll of 64 bands costs registers the P·V loop needs)
@@ -268,14 +276,8 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
                     const uint4 wa = *reinterpret_cast<const uint4*>(ra + 4 * k);
                     const uint4 wb = *reinterpret_cast<const uint4*>(rb + 4 * k);
                     float xa[8], xb[8];
-                    f16_pair(wa.x, xa[0], xa[1]);
-                    f16_pair(wa.y, xa[2], xa[3]);
-                    f16_pair(wa.z, xa[4], xa[5]);
-                    f16_pair(wa.w, xa[6], xa[7]);
-                    f16_pair(wb.x, xb[0], xb[1]);
-                    f16_pair(wb.y, xb[2], xb[3]);
-                    f16_pair(wb.z, xb[4], xb[5]);
-                    f16_pair(wb.w, xb[6], xb[7]);
+                    f16_x8(wa, xa);
+                    f16_x8(wb, xb);
 #pragma unroll
                     for (int g = 0; g < G; ++g) {
                         const float* qg = &q_s[g][c0 + hh * (CH / 2) + 8 * k];
@@ -299,10 +301,7 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
                 for (int k = 0; k < CH / 8; ++k) {
                     const uint4 w = *reinterpret_cast<const uint4*>(krow + 4 * k);
                     float x[8];
-                    f16_pair(w.x, x[0], x[1]);
-                    f16_pair(w.y, x[2], x[3]);
-                    f16_pair(w.z, x[4], x[5]);
-                    f16_pair(w.w, x[6], x[7]);
+                    f16_x8(w, x);
 #pragma unroll
                     for (int g = 0; g < G; ++g) {
                         dot[g] = dot8(dot[g], &q_s[g][c0 + 8 * k], x);
@@ -349,11 +348,7 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
             }
             // ---- the tile's softmax (lane = token; the same in every warp of a split) and the certifier's λ
             float lt[G], scg[G], p[G], ps[G];
-#pragma unroll
-            for (int g = 0; g < G; ++g) {
-                lt[g] = sm2 * dot[g];  // ℓ̃ in log2 units
-                if (valid && !is_finite32(lt[g])) poisoned = true;
-            }
+            tile_logits<G>(dot, sm2, valid, lt, poisoned);  // ℓ̃ in log2 units
             softmax_tile_steps<G>(lt, valid, m, scg, p);
 #pragma unroll
             for (int g = 0; g < G; ++g) ps[g] = p[g];

@@ -361,11 +361,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
             // ---- B (same warp, lane = token): logits and the tile's softmax; the certificate's
             // c_t and λ are the V warp's (it has the slack: bench/NOTES.md session 6)
             float lt[G], sc[G], p[G];
-#pragma unroll
-            for (int g = 0; g < G; ++g) {
-                lt[g] = sm2 * dot[g];  // ℓ̃ in log2 units
-                if (valid && !is_finite32(lt[g])) poisoned = true;
-            }
+            tile_logits<G>(dot, sm2, valid, lt, poisoned);  // ℓ̃ in log2 units
             softmax_tile_steps<G>(lt, valid, m, sc, p);
 #pragma unroll
             for (int g = 0; g < G; ++g) {
