@@ -32,6 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import witcert_cupy as wc  # noqa: E402
 from witcert_cupy.telemetry import join_forks  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_clocks import ClockSampler  # noqa: E402
+
 D = 128
 PAGE = 16
 
@@ -40,8 +43,22 @@ def l2_bytes():
     return int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["l2CacheSize"])
 
 
+class Timed(tuple):
+    """``(median µs, [µs per repetition])``, with ``.clocks``: the GPU clocks sampled while the
+    repetitions ran (bench/gpu_clocks.py; None without NVML)."""
+
+    clocks = None
+
+
+def _timed(median, times, sampler):
+    t = Timed((median, times))
+    t.clocks = sampler.summary()
+    return t
+
+
 def time_cupy(launches, reps):
-    """Median µs per launch of a CUDA graph that runs every callable in ``launches`` once."""
+    """Median µs per launch of a CUDA graph that runs every callable in ``launches`` once (a
+    :class:`Timed`)."""
     s = cp.cuda.Stream(non_blocking=True)
     with s:
         for f in launches:
@@ -55,14 +72,15 @@ def time_cupy(launches, reps):
         g.launch(s)
         s.synchronize()
         times = []
-        for _ in range(reps):
-            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-            e0.record(s)
-            g.launch(s)
-            e1.record(s)
-            e1.synchronize()
-            times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3 / len(launches))
-    return statistics.median(times), times
+        with ClockSampler() as sampler:
+            for _ in range(reps):
+                e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+                e0.record(s)
+                g.launch(s)
+                e1.record(s)
+                e1.synchronize()
+                times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3 / len(launches))
+    return _timed(statistics.median(times), times, sampler)
 
 
 def time_torch(launches, reps):
@@ -82,14 +100,15 @@ def time_torch(launches, reps):
     g.replay()
     torch.cuda.synchronize()
     times = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        g.replay()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1) * 1e3 / len(launches))
-    return statistics.median(times), times
+    with ClockSampler() as sampler:
+        for _ in range(reps):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            g.replay()
+            e1.record()
+            e1.synchronize()
+            times.append(e0.elapsed_time(e1) * 1e3 / len(launches))
+    return _timed(statistics.median(times), times, sampler)
 
 
 def rotations(bytes_one, l2):
@@ -190,10 +209,26 @@ def pool_case(fp16, B, hq, hkv, ctx, l2, page=PAGE):
 
 def sdpa_time(B, hq, hkv, ctx, l2, reps):
     """torch SDPA fp16's µs per call on a shape (rotated buffers), checked against float64 first."""
+    return sdpa_timed(B, hq, hkv, ctx, l2, reps)[0]
+
+
+def sdpa_timed(B, hq, hkv, ctx, l2, reps):
+    """As :func:`sdpa_time`, the :class:`Timed` (with its clocks)."""
     fns, err, _ = sdpa_case(B, hq, hkv, ctx, rotations(B * hkv * ctx * 2 * 2 * D, l2))
     assert err < 2e-3, err
-    us, _ = time_torch(fns, reps)
-    return us
+    return time_torch(fns, reps)
+
+
+def clock_note(timed):
+    """`` [SM 1980 MHz]`` (the median SM clock while ``timed`` ran; its range when it moved, and
+    any slowdown reason), or ``""`` without NVML."""
+    c = timed.clocks
+    if not c:
+        return ""
+    lo, mid, hi = c["sm_mhz_min"], c["sm_mhz_median"], c["sm_mhz_max"]
+    rng = f" {lo}-{hi}" if hi - lo > 15 else ""
+    why = f" {','.join(c['reasons'])}" if c["reasons"] else ""
+    return f" [SM {mid:.0f} MHz{rng}{why}]"
 
 
 def sdpa_case(B, hq, hkv, ctx, rot):
@@ -267,10 +302,11 @@ def main():
             checks.append({"method": "torch_sdpa_fp16", "batch": B, "hq": hq, "hkv": hkv, "context": ctx,
                            "rel_err_vs_fp64": err})
             assert err < 2e-3, f"SDPA check failed: {err}"
-            sdpa_us, _ = time_torch(fns, args.reps)
+            timed = time_torch(fns, args.reps)
+            sdpa_us = timed[0]
             rows.append(dict(method="torch_sdpa_fp16", batch=B, hq=hq, hkv=hkv, context=ctx, page_size=None,
                              dither_bits=None, cert=None, us=sdpa_us, gbps=nbytes / sdpa_us / 1e3, ratio_sdpa=1.0,
-                             rotations=rot))
+                             rotations=rot, clocks=timed.clocks))
             del fns
             torch.cuda.empty_cache()
         else:
@@ -288,13 +324,14 @@ def main():
                                    "page_size": page, "dither_bits": bits, "cert": cert, "rel_err_vs_fp64": err})
                     assert err < 1e-4, f"INT8 decode check failed ({method}): {err}"
                     plans = case.plans(bits, cert, stage1=stage1)
-                    us, _ = time_cupy([p.launch for p in plans], args.reps)
+                    timed = time_cupy([p.launch for p in plans], args.reps)
+                    us = timed[0]
                     rows.append(dict(method=method, kernel=plans[0].kernel_name, batch=B, hq=hq, hkv=hkv,
                                      context=ctx, page_size=page, dither_bits=bits, cert=cert, us=us,
                                      gbps=case.bytes_moved() / us / 1e3, ratio_sdpa=us / sdpa_us, rotations=rot,
-                                     num_splits=plans[0].ns))
+                                     num_splits=plans[0].ns, clocks=timed.clocks))
                     print(f"    int8 ({plans[0].kernel_name}) bits={bits} cert={cert}: {us:8.1f} us  "
-                          f"({us / sdpa_us:.2f}x SDPA {sdpa_us:.1f} us)", file=sys.stderr, flush=True)
+                          f"({us / sdpa_us:.2f}x SDPA {sdpa_us:.1f} us){clock_note(timed)}", file=sys.stderr, flush=True)
         case = None
         cp.get_default_memory_pool().free_all_blocks()
         if page == PAGE:
@@ -307,12 +344,14 @@ def main():
                                "rel_err_vs_fp64": err})
                 assert err < 1e-4, f"fp16-store decode check failed ({method}): {err}"
                 plans = case.plans(stage1=stage1)
-                us, _ = time_cupy([p.launch for p in plans], args.reps)
+                timed = time_cupy([p.launch for p in plans], args.reps)
+                us = timed[0]
                 rows.append(dict(method=method, kernel=plans[0].kernel_name, batch=B, hq=hq, hkv=hkv, context=ctx,
                                  page_size=page, dither_bits=None, cert=False, us=us,
                                  gbps=case.bytes_moved() / us / 1e3, ratio_sdpa=us / sdpa_us, rotations=rot,
-                                 num_splits=plans[0].ns))
-                print(f"    fp16 store ({plans[0].kernel_name}):      {us:8.1f} us  ({us / sdpa_us:.2f}x SDPA)",
+                                 num_splits=plans[0].ns, clocks=timed.clocks))
+                print(f"    fp16 store ({plans[0].kernel_name}):      {us:8.1f} us  ({us / sdpa_us:.2f}x SDPA)"
+                      f"{clock_note(timed)}",
                       file=sys.stderr, flush=True)
             case = None
             cp.get_default_memory_pool().free_all_blocks()
