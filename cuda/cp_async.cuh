@@ -26,6 +26,13 @@ WC_D void cp_async16_zfill_at(u32 sbase, const void* src, bool valid) {
                  "n"(OFF));
 }
 
+// 16 bytes from global address `src` + GOFF to shared address `sbase` + SOFF (both immediates of
+// the instruction: a run of rows at fixed offsets from one source and one destination base)
+template <int SOFF, int GOFF>
+WC_D void cp_async16_at(u32 sbase, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%3], 16;" ::"r"(sbase), "l"(src), "n"(SOFF), "n"(GOFF));
+}
+
 WC_D void cp_async8(void* dst, const void* src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_addr(dst)), "l"(src));
 }

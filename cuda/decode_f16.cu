@@ -18,7 +18,9 @@
 //        → K(i+1) is issued into the freed buffer;
 //   V(i) lands → lane = 128/(32·W) of the warp's output channels: o += P·V̂ in token order
 //        → V(i+1) is issued.
-// So each side's next rows load under the other side's arithmetic.
+// So each side's next rows load under the other side's arithmetic.  A tile whose two halves are
+// each a run of consecutive slots (pages of 16 or more tokens) is staged from two source bases
+// with immediate offsets (f16_stage_side, F16_RUNS), any other row by row.
 // Why (bench/NOTES.md, session 8): the staged-tile kernel serves fp16 rows with the INT8 layout
 // (one warp per side, two CTA barriers per tile, the fp16 rows read synchronously from global
 // memory and V̂ re-staged as fp32): 2.1 TB/s at B = 8, 32k, where SDPA moves the same bytes at
@@ -83,6 +85,45 @@ __device__ __forceinline__ void f16_copy_rows(u32 dst, const u16* src, u32 slot_
         const u32 s = __shfl_sync(0xffffffffu, slot_, RPI * I + r0);
         cp_async16_zfill_at<I * STEP>(dst, src + (u64)s * F16_D, (vm >> (RPI * I)) & 1u);
         f16_copy_rows<I + 1, N, RPI, STEP>(dst, src, slot_, vm, r0);
+    }
+}
+
+// The same rows when the tile's two halves are each a run of consecutive slots (rows 0–15 from
+// slot a, rows 16–31 from slot b: a page of 16 or more tokens holds each half), every row a token:
+// the lane's sources are two bases, `srca` = row r0's and `srcb` = row 16 + r0's, and each copy's
+// offsets from them are immediates — no shuffle, multiply or predicate per copy.
+template <int I, int N, int RPI, int STEP>
+__device__ __forceinline__ void f16_copy_run(u32 dst, const u16* srca, const u16* srcb) {
+    if constexpr (I < N) {
+        constexpr int ROW = RPI * I;  // the lane's row is ROW + r0, and r0 < RPI divides 16
+        if constexpr (ROW < 16) {
+            cp_async16_at<I * STEP, ROW * F16_D * 2>(dst, srca);
+        } else {
+            cp_async16_at<I * STEP, (ROW - 16) * F16_D * 2>(dst, srcb);
+        }
+        f16_copy_run<I + 1, N, RPI, STEP>(dst, srca, srcb);
+    }
+}
+
+// the staging through runs of slots where the rows allow it (1), or always row by row (0)
+#ifndef F16_RUNS
+#define F16_RUNS 1
+#endif
+
+// One side of a tile (f16_copy_rows' arguments; `vm` bit r: row r is a token, warp-uniform):
+// through f16_copy_run when the rows allow it.  Why: the staging was ≈ 130 instructions per side
+// and tile (run 77's profile), a shuffle, a wide multiply-add and a predicate per copy, in a
+// kernel bound by its issue rate at G = 7; a run of slots needs ≈ 20.  The same bytes land either
+// way.
+template <int RPI, int STEP>
+__device__ __forceinline__ void f16_stage_side(u32 dst, const u16* src, u32 slot_, u32 vm, int r0, int lane) {
+    constexpr int N = F16_TILE / RPI;
+    const u32 a = __shfl_sync(0xffffffffu, slot_, 0), b = __shfl_sync(0xffffffffu, slot_, 16);
+    const u32 head = (lane & 16) ? b : a;
+    if (F16_RUNS && __all_sync(0xffffffffu, vm == 0xffffffffu && slot_ == head + (u32)(lane & 15))) {
+        f16_copy_run<0, N, RPI, STEP>(dst, src + (u64)(a + (u32)r0) * F16_D, src + (u64)(b + (u32)r0) * F16_D);
+    } else {
+        f16_copy_rows<0, N, RPI, STEP>(dst, src, slot_, vm >> r0, r0);
     }
 }
 
@@ -196,7 +237,7 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
         // the K side (one commit group), and for the certifier with a Tier-A certificate each
         // lane's own witness row (2·NB bytes, aligned to its size: NB divides 64)
         auto stage_k = [&](u32 slot_, u32 vmask) {
-            f16_copy_rows<0, F16_TILE / RPI, RPI, RPI * KP * 4>(kdst, ksrc, slot_, vmask >> rl, rl);
+            f16_stage_side<RPI, RPI * KP * 4>(kdst, ksrc, slot_, vmask, rl, lane);
             if (certifier && tier_a) {
                 const u16* wr = wit + (kbase + slot_) * NB;
                 u16* wd = wt + lane * NB;
@@ -213,7 +254,7 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
             cp_async_commit();
         };
         auto stage_v = [&](u32 slot_, u32 vmask) {
-            f16_copy_rows<0, F16_TILE / RPI, RPI, RPI * VP * 4>(vdst, vsrc, slot_, vmask >> rl, rl);
+            f16_stage_side<RPI, RPI * VP * 4>(vdst, vsrc, slot_, vmask, rl, lane);
             cp_async_commit();
         };
 
