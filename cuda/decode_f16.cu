@@ -120,7 +120,8 @@ __device__ __forceinline__ void f16_stage_side(u32 dst, const u16* src, u32 slot
     constexpr int N = F16_TILE / RPI;
     const u32 a = __shfl_sync(0xffffffffu, slot_, 0), b = __shfl_sync(0xffffffffu, slot_, 16);
     const u32 head = (lane & 16) ? b : a;
-    if (F16_RUNS && __all_sync(0xffffffffu, vm == 0xffffffffu && slot_ == head + (u32)(lane & 15))) {
+    // (slot_ ≥ head: a run never wraps past slot 2^32 − 1, so its rows' addresses are its slots')
+    if (F16_RUNS && __all_sync(0xffffffffu, vm == 0xffffffffu && slot_ >= head && slot_ - head == (u32)(lane & 15))) {
         f16_copy_run<0, N, RPI, STEP>(dst, src + (u64)(a + (u32)r0) * F16_D, src + (u64)(b + (u32)r0) * F16_D);
     } else {
         f16_copy_rows<0, N, RPI, STEP>(dst, src, slot_, vm >> r0, r0);

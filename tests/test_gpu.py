@@ -588,6 +588,44 @@ def test_fp16_store_kernel_every_witness_width(bands, W, monkeypatch):
     assert np.all(r.o[1].get() == 0) and np.all(np.isfinite(r.o[2].get()))
 
 
+@pytest.mark.parametrize("W,page", [(1, 16), (1, 8), (2, 8)])
+def test_fp16_staging_by_runs_gives_the_same_bits(W, page, monkeypatch):
+    """decode_stage1_f16 stages a tile whose two halves are runs of consecutive slots from two bases
+    (F16_RUNS=1, the default) and any other tile row by row: the same bytes land either way, so
+    the outputs equal those of a build that stages every tile row by row (F16_RUNS=0), bit for bit,
+    with and without a certificate.  Pages of 8 with some neighbouring pages swapped give tiles of
+    both kinds in one request; partial tiles and one-token requests take the row-by-row path."""
+    from test_fp16pool import build, e4m3_like
+
+    monkeypatch.setattr(_cuda, "F16_WARPS", W)
+    lengths = [700, 33, 1500, 1, 90]
+    pg, tg = build(np.random.default_rng(5), lengths, backend="cuda", scheme=e4m3_like, page=page)
+    ip, ix, ll = (np.array(a) for a in tg[:3])
+    for j in range(ip[2], ip[3] - 2, 3):  # request 2: every third pair of its pages swapped
+        ix[j], ix[j + 1] = ix[j + 1], ix[j]
+    q = (np.random.default_rng(6).standard_normal((len(lengths), 8, 128)) * 2).astype(np.float32)
+    base = _cuda.options()
+    out = {}
+    try:
+        for runs in (1, 0):
+            monkeypatch.setattr(_cuda, "options", lambda r=runs: base + (f"-DF16_RUNS={r}",))
+            _cuda._module.cache_clear()
+            for cert in (wc.CertConfig(tier="A"), None):
+                plan = pg._dev.plan(cp.asarray(q), 0, cp.asarray(ip), cp.asarray(ix), cp.asarray(ll),
+                                    1 / math.sqrt(128), cert, 5, stage1="f16")
+                plan.launch()
+                r = plan.result()
+                out[runs, cert is None] = [a.get() for a in (r.o, r.lse, r.log_a, r.tv_bound) if a is not None]
+    finally:
+        monkeypatch.undo()
+        _cuda._module.cache_clear()  # later tests build with the shipped options again
+    for unc in (False, True):
+        assert len(out[1, unc]) == (2 if unc else 4)
+        for a, b in zip(out[1, unc], out[0, unc]):
+            assert np.array_equal(a, b, equal_nan=True)
+        assert np.all(np.isfinite(out[1, unc][0]))
+
+
 @pytest.mark.parametrize("ns,d", [(1, 128), (5, 64), (64, 128), (200, 128)])
 def test_merge_prefetch_gives_the_same_bits(ns, d):
     """decode_merge with the cell's o_part rows copied into shared memory first (the default where
