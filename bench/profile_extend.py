@@ -1,5 +1,6 @@
 """One launch of the tensor-core extend kernel (certificate on) for Nsight Compute, on a shape
-small enough to profile quickly (512 new tokens over an 8k prefix, 32/8 heads):
+small enough to profile quickly (512 new tokens over an 8k prefix, 32/8 heads; ``--shape 2048/30720``
+for bench/extend.py's):
 
     ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
         --section WarpStateStats --section InstructionStats --section SchedulerStats \
@@ -20,6 +21,10 @@ import witcert_cupy as wc  # noqa: E402
 
 class Args:
     new, prefix, hq, hkv = 512, 8192, 32, 8
+
+
+if "--shape" in sys.argv:  # NEW/PREFIX, e.g. 2048/30720 (bench/extend.py's shape)
+    Args.new, Args.prefix = (int(x) for x in sys.argv[sys.argv.index("--shape") + 1].split("/"))
 
 
 pool, k16, v16, pages, slots, q, qo, ip, last = build(Args, cp)
