@@ -78,6 +78,8 @@ def main():
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--fp16", action="store_true", help="the fp16-store decode (decode_stage1_f16)")
+    ap.add_argument("--uncertified-too", action="store_true",
+                    help="INT8: time each variant without the certificate as well (the certificate's cost)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="times each variant (and SDPA) this many times in turn; rows report the median")
     ap.add_argument("--same-bits", action="store_true",
@@ -91,37 +93,40 @@ def main():
         shapes = ((8, 32, 8, 32768), (8, 28, 4, 32768), (1, 32, 8, 32768), (1, 32, 8, 4096))
     for B, hq, hkv, ctx in shapes:
         case = bd.pool_case(args.fp16, B, hq, hkv, ctx, l2)
-        bits, cert, stage1 = (None, False, "f16") if args.fp16 else (8, True, "v2")
+        bits, stage1 = (None, "f16") if args.fp16 else (8, "v2")
+        certs = (False,) if args.fp16 else ((True, False) if args.uncertified_too else (True,))
         # every variant built, checked and its bits compared first; then timed in turn, round after
         # round, SDPA first in each round: a drift of the clock over the run falls on all of them
-        first, built = None, []
+        first, built = {}, []
         for v in args.variants:
             use_variant([d for d in v.split(",") if d])
-            err = case.check(bits, cert, stage1)
-            assert err < 1e-4, (v, err)
-            plans = case.plans(bits, cert, stage1=stage1)
-            bits_now = _result_bits(plans[0])
-            first = bits_now if first is None else first
-            same = all(cp.array_equal(a, b) for a, b in zip(bits_now, first))
-            assert same or not args.same_bits, f"variant [{v}] differs from [{args.variants[0]}] at B={B} {hq}/{hkv}"
-            built.append((v, plans, err, same))
+            for cert in certs:
+                err = case.check(bits, cert, stage1)
+                assert err < 1e-4, (v, err)
+                plans = case.plans(bits, cert, stage1=stage1)
+                bits_now = _result_bits(plans[0])
+                first.setdefault(cert, bits_now)
+                same = all(cp.array_equal(a, b) for a, b in zip(bits_now, first[cert]))
+                assert same or not args.same_bits, \
+                    f"variant [{v}] differs from [{args.variants[0]}] at B={B} {hq}/{hkv} cert={cert}"
+                built.append((v, cert, plans, err, same))
         sdpa_rounds, var_rounds = [], [[] for _ in built]
         for r in range(args.rounds):
             t = bd.sdpa_timed(B, hq, hkv, ctx, l2, args.reps)
             sdpa_rounds.append(t)
-            for i, (v, plans, _, _) in enumerate(built):
+            for i, (v, _, plans, _, _) in enumerate(built):
                 var_rounds[i].append(bd.time_cupy([p.launch for p in plans], args.reps))
         sdpa_us = statistics.median(t[0] for t in sdpa_rounds)
         print(f"SDPA B={B} {hq}/{hkv} ctx={ctx}: {sdpa_us:8.1f} us, rounds "
               + " ".join(f"{t[0]:.1f}{bd.clock_note(t)}" for t in sdpa_rounds), flush=True)
-        for (v, plans, err, same), ts in zip(built, var_rounds):
+        for (v, cert, plans, err, same), ts in zip(built, var_rounds):
             us = statistics.median(t[0] for t in ts)
             rows.append(dict(variant=v or "shipped", kernel=plans[0].kernel_name, batch=B, hq=hq, hkv=hkv,
                              context=ctx, cert=cert, us=us, sdpa_us=sdpa_us, ratio_sdpa=us / sdpa_us,
                              us_rounds=[t[0] for t in ts], sdpa_us_rounds=[t[0] for t in sdpa_rounds],
                              clocks_rounds=[t.clocks for t in ts], sdpa_clocks_rounds=[t.clocks for t in sdpa_rounds],
                              rel_err_vs_fp64=err, same_bits_as_first=bool(same)))
-            print(f"variant [{v or 'shipped'}] B={B} {hq}/{hkv} ctx={ctx}: {us:8.1f} us ({us / sdpa_us:.2f}x SDPA "
+            print(f"variant [{v or 'shipped'}]{'' if cert or args.fp16 else ' uncertified'} B={B} {hq}/{hkv} ctx={ctx}: {us:8.1f} us ({us / sdpa_us:.2f}x SDPA "
                   f"{sdpa_us:.1f} us){'' if same else ' (bits differ from the first variant)'}; rounds "
                   + " ".join(f"{t[0]:.1f}{bd.clock_note(t)}" for t in ts), flush=True)
         built = case = None

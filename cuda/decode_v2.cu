@@ -56,6 +56,13 @@
 #ifndef V2_BLOCKED_DOT
 #define V2_BLOCKED_DOT (G <= 6)
 #endif
+// λ's update for tile i by the V warp at the start of its phase A of tile i + 1 (1), where the K
+// warp's longer phase A hides it, or between the barrier and phase C of tile i (0), where both
+// warps wait for it.  The same operations in the same order either way; the logits go through a
+// second buffer so that the K warp's next ones do not overwrite them first.
+#ifndef V2_LAMBDA_LAG
+#define V2_LAMBDA_LAG 1
+#endif
 #define V2_LOG2E 1.4426950408889634f
 #define V2_LN2 0.6931471805599453f
 
@@ -188,7 +195,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     __shared__ __align__(16) u32 ctile[2][V2_TILE][FP16 ? 4 : V2_CPITCH];
     __shared__ __align__(16) float P[G][V2_TILE];
     __shared__ float sc_s[G];   // this tile's rescale of o per head
-    __shared__ float LT[G][V2_TILE];  // the tile's logits (log2 units), for the V warp's λ
+    __shared__ float LT[1 + V2_LAMBDA_LAG][G][V2_TILE];  // the tile's logits (log2 units), for the V warp's λ
     __shared__ float st[G][5];  // per head at the end: m, l, m2, l2, cmax
 
     const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -297,7 +304,27 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     }
     __syncthreads();
 
-    for (i64 t0 = ta; t0 < tb; t0 += V2_TILE) {
+    // V warp: cmax and λ's sum under its own running maximum for one token (a tile's c_t in `ctv`,
+    // its logits in LT[buf]), one exponential per token: 2^{-|x − m2|} scales either the old sum (a
+    // new maximum) or the new term
+    auto lambda_step = [&](const float (&ctv)[G], int buf) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const float c = ctv[g];
+            cmx[g] = fmaxf(cmx[g], c);  // infinite c_t: λ = +inf at the end ("no guarantee")
+            if (c != INFINITY) {
+                const float x = LT[buf][g][lane] + c * V2_LOG2E;
+                const bool up = x > m2[g];
+                const float e = exp2f(up ? m2[g] - x : x - m2[g]);
+                l2[g] = up ? l2[g] * e + 1.0f : l2[g] + e;
+                m2[g] = up ? x : m2[g];
+            }
+        }
+    };
+    float ctp[G];        // V warp, V2_LAMBDA_LAG: the previous tile's c_t, its λ step still to come
+    bool vp = false;     // and whether that tile's token was valid
+    int par = 0;         // the tile's LT buffer
+    for (i64 t0 = ta; t0 < tb; t0 += V2_TILE, par ^= V2_LAMBDA_LAG) {
         // ---- A: lane = token, warp = side; the thread's whole row.  A token past the split's end
         // reads slot 0 and is zeroed by a zero scale, so loads and arithmetic need no branch.
         const bool valid = sl >= 0;
@@ -367,12 +394,14 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
             for (int g = 0; g < G; ++g) {
                 l[g] = l[g] * sc[g] + p[g];
                 P[g][lane] = p[g];
-                if (tier) LT[g][lane] = lt[g];
+                if (tier) LT[par][g][lane] = lt[g];
                 if (lane == 0) sc_s[g] = sc[g];
             }
         } else {
-            // V: the token's certificate inputs first (K's scales of this row: loads in flight
-            // through the dequantization), then the dequantized V row into the shared tile
+            // V: the previous tile's λ step (V2_LAMBDA_LAG), the token's certificate inputs (K's
+            // scales of this row: loads in flight through the dequantization), then the
+            // dequantized V row into the shared tile
+            if (V2_LAMBDA_LAG && tier && vp) lambda_step(ctp, par ^ 1);
             const i64 rowK = row - (i64)H * N;  // the same slot on the K side
             u16 ks[8];
 #pragma unroll
@@ -406,6 +435,11 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                 }
             }
             if (tier) v2_token_c<G, FP16>(ks, valid, NG, tier, NB, wit + rowK * NB, a_band, bq1, bq2, ct);
+            if (V2_LAMBDA_LAG) {
+#pragma unroll
+                for (int g = 0; g < G; ++g) ctp[g] = ct[g];
+                vp = valid;
+            }
         }
         // the next tile's rows start loading and its page ids are read, both in flight through
         // phase C; the warp's lanes are done reading this tile's rows first (a lane copies others')
@@ -415,22 +449,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         pg = page_of(t0 + 2 * V2_TILE);
         __syncthreads();
 
-        // ---- the certificate (V warp, lane = token): cmax and λ's sum under its own running
-        // maximum, one exponential per token: 2^{-|x − m2|} scales either the old sum (a new
-        // maximum) or the new term
-        if (side == 1 && tier && valid)
-#pragma unroll
-            for (int g = 0; g < G; ++g) {
-                const float c = ct[g];
-                cmx[g] = fmaxf(cmx[g], c);  // infinite c_t: λ = +inf at the end ("no guarantee")
-                if (c != INFINITY) {
-                    const float x = LT[g][lane] + c * V2_LOG2E;
-                    const bool up = x > m2[g];
-                    const float e = exp2f(up ? m2[g] - x : x - m2[g]);
-                    l2[g] = up ? l2[g] * e + 1.0f : l2[g] + e;
-                    m2[g] = up ? x : m2[g];
-                }
-            }
+        // ---- the certificate (V warp, lane = token), unless it waits for the next phase A
+        if (!V2_LAMBDA_LAG && side == 1 && tier && valid) lambda_step(ct, 0);
 
         // ---- C: channels 2·tid, 2·tid + 1 of every head's output (a warp reads 256 contiguous bytes
         // of a V̂ row: two wavefronts)
@@ -460,6 +480,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         }
         __syncthreads();
     }
+    // the last tile's λ step (its logits are visible: the loop's last barrier)
+    if (V2_LAMBDA_LAG && side == 1 && tier && vp) lambda_step(ctp, par ^ 1);
     }
 
     // ---- outputs: the heads' statistics reduced over the K warp's lanes and passed through shared

@@ -588,6 +588,59 @@ def test_fp16_store_kernel_every_witness_width(bands, W, monkeypatch):
     assert np.all(r.o[1].get() == 0) and np.all(np.isfinite(r.o[2].get()))
 
 
+def _bits_with_defines(monkeypatch, defines, make_plans):
+    """Each plan's outputs (o, lse and, when certified, log_a and tv_bound, on the host) with the
+    kernels built with each entry of ``defines`` (``-D`` options added to the library's): one list
+    of arrays per entry.  The shipped options are restored, and their modules rebuilt, afterwards."""
+    base = _cuda.options()
+    out = []
+    try:
+        for extra in defines:
+            monkeypatch.setattr(_cuda, "options", lambda e=extra: base + tuple(f"-D{d}" for d in e))
+            _cuda._module.cache_clear()
+            got = []
+            for plan in make_plans():
+                plan.launch()
+                r = plan.result()
+                got += [a.get() for a in (r.o, r.lse, r.log_a, r.tv_bound) if a is not None]
+            out.append(got)
+    finally:
+        monkeypatch.undo()
+        _cuda._module.cache_clear()  # later tests build with the shipped options again
+    return out
+
+
+@pytest.mark.parametrize("G,bits,tier", [(4, 8, "B"), (7, 8, "AB"), (7, 16, "B"), (8, 24, "AB"), (3, 8, "A")])
+def test_v2_lambda_step_lagged_gives_the_same_bits(G, bits, tier, monkeypatch):
+    """decode_stage1_v2 takes λ's step for tile i at the start of the V warp's phase A of tile i + 1
+    (V2_LAMBDA_LAG=1, the default) instead of after the barrier of tile i: the same operations in
+    the same order, so the same bits as a build with V2_LAMBDA_LAG=0 — over ragged lengths, an empty
+    request, one-token and one-tile requests, split counts that cut pages, with and without a
+    certificate; and the certificates stay sound."""
+    H, d = 2, 128
+    cfg = wc.QuantConfig(d, witness_bands=16, seed=G, dither_bits=bits)
+    lengths = [1, 31, 33, 700, 0, 1500]
+    (pc, tc, _, _), (pg, tg, _, _) = _pools(G + bits, lengths=lengths, H=H, d=d, page_size=16, cfg=cfg,
+                                            massive=[(3, 50.0)])
+    q = cp.asarray((np.random.default_rng(G).standard_normal((len(lengths), H * G, d)) * 2).astype(np.float32))
+    ip, ix, ll = on_device(pg, tg)
+    cert = wc.CertConfig(tier=tier, num_layers=2, steps=4)
+
+    def plans():
+        return [pg._dev.plan(q, 0, ip, ix, ll, 1 / math.sqrt(d), c, ns, stage1="v2")
+                for c in (cert, None) for ns in (1, 7)]
+
+    lag, nolag = _bits_with_defines(monkeypatch, [["V2_LAMBDA_LAG=1"], ["V2_LAMBDA_LAG=0"]], plans)
+    assert len(lag) == 2 * 4 + 2 * 2
+    for a, b in zip(lag, nolag):
+        assert np.array_equal(a, b, equal_nan=True)
+    tvb = lag[3]  # the certified single-split plan's tv_bound
+    for bq in range(len(lengths)):
+        if lengths[bq]:
+            rows = reference.request_rows(pc, 0, page_table(pc, tc), bq)
+            assert np.all(reference.true_tv(q[bq].get(), rows["k_exact"], rows["k_hat"]) <= tvb[bq])
+
+
 @pytest.mark.parametrize("W,page", [(1, 16), (1, 8), (2, 8)])
 def test_fp16_staging_by_runs_gives_the_same_bits(W, page, monkeypatch):
     """decode_stage1_f16 stages a tile whose two halves are runs of consecutive slots from two bases
@@ -604,26 +657,16 @@ def test_fp16_staging_by_runs_gives_the_same_bits(W, page, monkeypatch):
     for j in range(ip[2], ip[3] - 2, 3):  # request 2: every third pair of its pages swapped
         ix[j], ix[j + 1] = ix[j + 1], ix[j]
     q = (np.random.default_rng(6).standard_normal((len(lengths), 8, 128)) * 2).astype(np.float32)
-    base = _cuda.options()
-    out = {}
-    try:
-        for runs in (1, 0):
-            monkeypatch.setattr(_cuda, "options", lambda r=runs: base + (f"-DF16_RUNS={r}",))
-            _cuda._module.cache_clear()
-            for cert in (wc.CertConfig(tier="A"), None):
-                plan = pg._dev.plan(cp.asarray(q), 0, cp.asarray(ip), cp.asarray(ix), cp.asarray(ll),
-                                    1 / math.sqrt(128), cert, 5, stage1="f16")
-                plan.launch()
-                r = plan.result()
-                out[runs, cert is None] = [a.get() for a in (r.o, r.lse, r.log_a, r.tv_bound) if a is not None]
-    finally:
-        monkeypatch.undo()
-        _cuda._module.cache_clear()  # later tests build with the shipped options again
-    for unc in (False, True):
-        assert len(out[1, unc]) == (2 if unc else 4)
-        for a, b in zip(out[1, unc], out[0, unc]):
-            assert np.array_equal(a, b, equal_nan=True)
-        assert np.all(np.isfinite(out[1, unc][0]))
+
+    def plans():
+        return [pg._dev.plan(cp.asarray(q), 0, cp.asarray(ip), cp.asarray(ix), cp.asarray(ll), 1 / math.sqrt(128),
+                             c, 5, stage1="f16") for c in (wc.CertConfig(tier="A"), None)]
+
+    runs, rows = _bits_with_defines(monkeypatch, [["F16_RUNS=1"], ["F16_RUNS=0"]], plans)
+    assert len(runs) == 4 + 2
+    for a, b in zip(runs, rows):
+        assert np.array_equal(a, b, equal_nan=True)
+    assert np.all(np.isfinite(runs[0])) and np.all(np.isfinite(runs[4]))
 
 
 @pytest.mark.parametrize("ns,d", [(1, 128), (5, 64), (64, 128), (200, 128)])
