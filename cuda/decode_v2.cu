@@ -16,7 +16,9 @@
 //        V warp: into the shared fp32 tile V̂[32][132] (padded: a quarter-warp's 16-byte stores to
 //                8 rows hit distinct banks), then its token's c_t for every head (Tier A from
 //                K's witness row, Tier B from K's scales, read from global memory).
-//   B. after the barrier, the V warp (lane = token): cmax and λ from c_t and the logits.
+//   B. the V warp (lane = token): cmax and λ from c_t and the logits, at the start of its next
+//      phase A (V2_LAMBDA_LAG; after the last tile, once more), where the K warp's longer phase A
+//      hides it.
 //   C. thread t accumulates channels 2t, 2t + 1 of o for every head from V̂ and P.
 // Why (bench/NOTES.md, sessions 5–6): v2.3 staged K̂ in shared memory and read it back once per
 // head (≈ 1,150 shared wavefronts per tile, its largest cost after the arithmetic); here each K̂
@@ -26,7 +28,7 @@
 // summed in channel order, then added in chunk order: the error of 16 + 8 terms instead of 128),
 // channel order above and for fp16 rows; token order per output channel, band and group order in
 // c_t, token order per lane in λ.
-// Shared memory: static, 18–34 KB.  Never reads out of bounds: page ids outside the pool, an
+// Shared memory: static, 18–36 KB.  Never reads out of bounds: page ids outside the pool, an
 // inconsistent kv_indptr or a bad last-page length poison the split (NaN output, infinite
 // certificate), as in decode_stage1; a token past the split's end reads slot 0.
 #include "common.cuh"
