@@ -106,11 +106,6 @@ __device__ __forceinline__ void f16_copy_run(u32 dst, const u16* srca, const u16
     }
 }
 
-// o's and l's rescale skipped on tiles where no head's maximum moved (1), or done on every tile (0)
-#ifndef F16_SKIP_RESCALE
-#define F16_SKIP_RESCALE 1
-#endif
-
 // the staging through runs of slots where the rows allow it (1), or always row by row (0)
 #ifndef F16_RUNS
 #define F16_RUNS 1
@@ -401,24 +396,11 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
 #pragma unroll
             for (int g = 0; g < G; ++g) ps[g] = p[g];
             if (!F16_LANE_SUMS) warp_sums<G>(ps);  // the tile's sums, warp-uniform
-            // o's rescale, before this tile's P·V, where a head's maximum moved (scg ≠ 1; warp-uniform,
-            // as m is): most tiles of a long split move none, and scaling by 1 changes no bit
-            bool moved = !F16_SKIP_RESCALE;
-#pragma unroll
-            for (int g = 0; g < G; ++g) moved |= scg[g] != 1.0f;
-            if (moved) {
-#pragma unroll
-                for (int g = 0; g < G; ++g) {
-                    l[g] = l[g] * scg[g] + ps[g];
-#pragma unroll
-                    for (int j = 0; j < CPL; ++j) acc[g][j] *= scg[g];
-                }
-            } else {
-#pragma unroll
-                for (int g = 0; g < G; ++g) l[g] += ps[g];  // = l·1 + ps, the same rounding
-            }
 #pragma unroll
             for (int g = 0; g < G; ++g) {
+                l[g] = l[g] * scg[g] + ps[g];
+#pragma unroll
+                for (int j = 0; j < CPL; ++j) acc[g][j] *= scg[g];  // o's rescale, before this tile's P·V
                 P[g][lane] = p[g];
                 if (CERT && certifier && tier && valid) {
                     // λ's sum under its own running maximum, one exponential per token:
