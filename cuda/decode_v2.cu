@@ -437,7 +437,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                 }
             }
             if (tier) v2_token_c<G, FP16>(ks, valid, NG, tier, NB, wit + rowK * NB, a_band, bq1, bq2, ct);
-            if (V2_LAMBDA_LAG) {
+            if (V2_LAMBDA_LAG) {  // (also without a certificate, where nothing reads it: guarded
+                                  // by the run-time tier, NVRTC 13.0 spilled 8 bytes at G = 6)
 #pragma unroll
                 for (int g = 0; g < G; ++g) ctp[g] = ct[g];
                 vp = valid;
