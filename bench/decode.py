@@ -214,9 +214,15 @@ def sdpa_time(B, hq, hkv, ctx, l2, reps):
 
 def sdpa_timed(B, hq, hkv, ctx, l2, reps):
     """As :func:`sdpa_time`, the :class:`Timed` (with its clocks)."""
+    return time_torch(sdpa_checked(B, hq, hkv, ctx, l2), reps)
+
+
+def sdpa_checked(B, hq, hkv, ctx, l2):
+    """torch SDPA fp16's launches on a shape (rotated buffers), checked against float64: time them
+    with :func:`time_torch` as often as needed."""
     fns, err, _ = sdpa_case(B, hq, hkv, ctx, rotations(B * hkv * ctx * 2 * 2 * D, l2))
     assert err < 2e-3, err
-    return time_torch(fns, reps)
+    return fns
 
 
 def clock_note(timed):
