@@ -23,7 +23,8 @@ import decode as bd  # noqa: E402
 
 SHAPES = ((1, 32, 8, 4096), (1, 28, 4, 4096), (1, 32, 8, 32768))
 SPLITS = (0, 16, 32, 64, 128)
-FP16_SHAPES = ((1, 32, 8, 4096), (1, 28, 4, 4096), (1, 32, 8, 32768), (1, 28, 4, 32768), (8, 28, 4, 32768))
+FP16_SHAPES = ((1, 32, 8, 4096), (1, 28, 4, 4096), (1, 32, 8, 32768), (1, 28, 4, 32768), (8, 28, 4, 32768),
+               (32, 28, 4, 32768))
 FP16_SPLITS = (0, 32, 64, 128, 256)
 
 
@@ -32,6 +33,7 @@ def main():
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--fp16", action="store_true", help="the fp16-store step (decode_stage1_f16)")
+    ap.add_argument("--stage1", default="auto", help="the plan's stage-1 kernel (auto, f16, v2, v1)")
     args = ap.parse_args()
     l2 = bd.l2_bytes()
     rows = []
@@ -41,16 +43,17 @@ def main():
         print(f"[parts] shape {i + 1}/{len(shapes)}: B={B} {hq}/{hkv} ctx={ctx}", file=sys.stderr, flush=True)
         sdpa_us = bd.sdpa_time(B, hq, hkv, ctx, l2, args.reps)
         case = bd.pool_case(args.fp16, B, hq, hkv, ctx, l2)
-        err = case.check(bits, cert)
+        err = case.check(bits, cert, args.stage1)
         assert err < 1e-4, err
         for ns in splits:
-            plans = case.plans(bits, cert, num_splits=ns or None)
+            plans = case.plans(bits, cert, stage1=args.stage1, num_splits=ns or None)
             parts = {"step": [p.launch for p in plans],
                      "stage1": [lambda p=p: p.stage1(p.grid1, (p.block1,), p.args1, shared_mem=p.smem1)
                                 for p in plans]}
             for part, launches in parts.items():
                 us, _ = bd.time_cupy(launches, args.reps)
-                rows.append(dict(batch=B, hq=hq, hkv=hkv, context=ctx, num_splits=ns, actual_splits=plans[0].ns,
+                rows.append(dict(kernel=plans[0].kernel_name, batch=B, hq=hq, hkv=hkv, context=ctx, num_splits=ns,
+                                 actual_splits=plans[0].ns,
                                  part=part, us=us, sdpa_us=sdpa_us, ratio_sdpa=us / sdpa_us))
                 print(f"  ns={plans[0].ns:>4}{' (default)' if not ns else '          '} {part:<7} {us:8.2f} us "
                       f"({us / sdpa_us:.2f}x SDPA {sdpa_us:.1f} us)", flush=True)
