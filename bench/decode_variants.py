@@ -35,7 +35,7 @@ _spec.loader.exec_module(bd)
 _BASE_OPTIONS = _cuda.options()
 
 
-_F16_WARPS, _F16_PIPES = _cuda.F16_WARPS, _cuda.F16_PIPES
+_F16_WARPS, _F16_PIPES, _MERGE_CERT_WARP = _cuda.F16_WARPS, _cuda.F16_PIPES, _cuda.MERGE_CERT_WARP
 _KERNEL_DIR = _cuda.kernel_dir
 
 
@@ -43,9 +43,10 @@ def use_variant(defines):
     """Rebuild the kernels with ``defines`` (a list of ``NAME=VALUE``) added to the options;
     ``F16_WARPS=n`` sets the launch layer's warps per split of decode_stage1_f16 instead,
     ``F16_PIPES=n`` its splits per CTA in both the kernel and the launch layer, and
+    ``MERGE_CERT_WARP=0`` certifies on the merge's thread 0 (witcert_cupy/_cuda.py), and
     ``dir=PATH`` builds from another directory of kernel sources (e.g. an earlier commit's
     ``cuda/``, from ``git archive``) with the same launch layer."""
-    _cuda.F16_WARPS, _cuda.F16_PIPES = _F16_WARPS, _F16_PIPES
+    _cuda.F16_WARPS, _cuda.F16_PIPES, _cuda.MERGE_CERT_WARP = _F16_WARPS, _F16_PIPES, _MERGE_CERT_WARP
     _cuda.kernel_dir = _KERNEL_DIR
     extra = []
     for d in defines:
@@ -54,6 +55,8 @@ def use_variant(defines):
         elif d.startswith("F16_PIPES="):
             _cuda.F16_PIPES = int(d.split("=")[1])
             extra.append(f"-D{d}")
+        elif d.startswith("MERGE_CERT_WARP="):
+            _cuda.MERGE_CERT_WARP = bool(int(d.split("=")[1]))
         elif d.startswith("dir="):
             other = Path(d[4:]).resolve()
             _cuda.kernel_dir = lambda: other

@@ -574,8 +574,8 @@ WC_D void certify_cell(float log_a, float lse, float cmax, double& risk, double&
     tv = fmin(fmin(1.0, r), t);
 }
 
-// decode_merge: grid (B·Hq), block min(D, 256), dynamic shared memory merge_smem_floats(ns) floats,
-// and ns·D more with `pf` (below).
+// decode_merge: grid (B·Hq), block min(D, 256) (+ 32 when it certifies: below), dynamic shared memory
+// merge_smem_floats(ns) floats, and ns·D more with `pf` (below).
 // Every per-split quantity is formed once, by the thread that owns the split, into shared memory: the
 // statistics, the terms e^{lse_s − max} of lse and e^{λ_s − max} of log A, and the weights
 // e^{lse_s − lse}.  Only the sums of those terms run serially — in split order, as the CPU twin —
@@ -601,6 +601,11 @@ WC_D void certify_cell(float log_a, float lse, float cmax, double& risk, double&
 #define MG_PREFETCH 1
 #endif
 __host__ __device__ constexpr int merge_smem_floats(int ns) { return 3 * MG_PAD(ns) + 4; }
+// λ's sum over the splits in the same loop as lse's (two independent chains, each in split order, as
+// the twin), so that log A is known before the o loop (1), or after it (0, the order before session 13)
+#ifndef MG_LAMBDA_EARLY
+#define MG_LAMBDA_EARLY 1
+#endif
 
 extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const float* __restrict__ lse_part,
                                         const float* __restrict__ lam_part, const float* __restrict__ cmax_part,
@@ -671,9 +676,20 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
             if (lfin) lm_s[s] = lm_s[s] != -INFINITY ? expf(lm_s[s] - lmx) : 0.0f;
         }
         __syncthreads();
-        float tot = 0.0f;  // the same bits in every thread: split order, as the twin
-        for (int s = 0; s < ns; ++s) tot += ex_s[s];
+        float tot = 0.0f, t2 = 0.0f;  // the same bits in every thread: split order, as the twin
+        for (int s = 0; s < ns; ++s) {
+            tot += ex_s[s];
+            if (MG_LAMBDA_EARLY && lfin) t2 += lm_s[s];
+        }
         L = mx + logf(tot);
+        auto log_a_of = [&]() {
+            if (lmx == INFINITY) return INFINITY;
+            if (lmx == -INFINITY) return 0.0f;
+            if (!MG_LAMBDA_EARLY)
+                for (int s = 0; s < ns; ++s) t2 += lm_s[s];
+            return fmaxf(lmx + logf(t2) - L, 0.0f);  // A >= 1 exactly; below is fp32 rounding
+        };
+        if (MG_LAMBDA_EARLY) la = log_a_of();
         for (int s = tid; s < ns; s += nt) lp_s[s] = lp_s[s] != -INFINITY ? expf(lp_s[s] - L) : -1.0f;
         if (pref) cp_async_wait_all();  // this thread's copies; the barrier makes everyone's visible
         __syncthreads();
@@ -692,17 +708,12 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
             }
             o[r * D + c] = acc;
         }
-        if (lmx == INFINITY) {
-            la = INFINITY;
-        } else if (lmx == -INFINITY) {
-            la = 0.0f;
-        } else {
-            float t2 = 0.0f;
-            for (int s = 0; s < ns; ++s) t2 += lm_s[s];
-            la = fmaxf(lmx + logf(t2) - L, 0.0f);  // A >= 1 exactly; below is fp32 rounding
-        }
+        if (!MG_LAMBDA_EARLY) la = log_a_of();
     }
-    if (tid == 0) {
+    // the cell's statistics and certificate (double-precision expm1 and tanh): with more threads
+    // than channels (the launch layer adds a warp when it certifies), the first thread without a
+    // channel, while the others run the o loop; else thread 0 after its channel
+    if (tid == (nt > D ? D : 0)) {
         cmax[r] = cm;
         lse[r] = L;
         log_a[r] = la;

@@ -669,6 +669,54 @@ def test_fp16_staging_by_runs_gives_the_same_bits(W, page, monkeypatch):
     assert np.all(np.isfinite(runs[0])) and np.all(np.isfinite(runs[4]))
 
 
+@pytest.mark.parametrize("ns,d", [(1, 128), (5, 64), (64, 128), (200, 128), (33, 256)])
+def test_merge_certifying_warp_and_early_lambda_give_the_same_bits(ns, d, monkeypatch):
+    """decode_merge forms log A's sum over the splits in the same loop as lse's (MG_LAMBDA_EARLY=1,
+    the default) and certifies each cell on an extra warp while the others run the o loop
+    (_cuda.MERGE_CERT_WARP, the default): the same operations on the same values, so the same bits as
+    log A after the o loop and the certificate on thread 0 (the order before) — every combination,
+    with and without the prefetch, over normal cells, empty splits, an all-empty cell, a poisoned
+    split, an infinite λ and an uncertified (λ = −inf) cell."""
+    rng = np.random.default_rng(ns + d)
+    rows = 7
+    o_part = cp.asarray(rng.standard_normal((rows, ns, d)).astype(np.float32))
+    lse = rng.standard_normal((rows, ns)).astype(np.float32) * 3
+    lam = lse + np.abs(rng.standard_normal((rows, ns))).astype(np.float32) * 0.01
+    cmx = np.abs(rng.standard_normal((rows, ns))).astype(np.float32)
+    lse[1, ::2] = -np.inf  # empty splits
+    lam[1, ::2] = -np.inf
+    lse[2], lam[2], cmx[2] = -np.inf, -np.inf, 0.0  # no tokens at all
+    lse[3, ns // 2] = np.nan  # a poisoned split
+    lam[3, ns // 2] = np.inf
+    lam[4, ns - 1] = np.inf  # an infinite certificate in one split
+    lam[5], cmx[5] = -np.inf, 0.0  # no certificate
+    parts = (o_part, cp.asarray(lse), cp.asarray(lam), cp.asarray(cmx))
+    base = _cuda.options()
+    out = []
+    try:
+        for warp in (True, False):
+            for early in (1, 0):
+                monkeypatch.setattr(_cuda, "MERGE_CERT_WARP", warp)
+                monkeypatch.setattr(_cuda, "options", lambda e=early: base + (f"-DMG_LAMBDA_EARLY={e}",))
+                _cuda._module.cache_clear()
+                for pf in (True, False):
+                    res = (cp.full((rows, d), 7.0, cp.float32), *(cp.full(rows, 7.0, cp.float32) for _ in range(3)),
+                           cp.zeros(rows, cp.float64), cp.zeros(rows, cp.float64))
+                    _cuda.bind_merge(*parts, *res, prefetch=pf)()
+                    out.append([a.get() for a in res])
+    finally:
+        monkeypatch.undo()
+        _cuda._module.cache_clear()
+    assert len(out) == 8
+    for got in out[1:]:
+        for a, b in zip(got, out[0]):
+            assert np.array_equal(a, b, equal_nan=True)
+    o, lse_o, log_a, cmax, risk, tvb = out[0]
+    assert np.all(np.isnan(o[3])) and np.isinf(log_a[3]) and np.isinf(log_a[4]) and np.isinf(risk[4])
+    assert log_a[5] == 0.0 and np.all(np.isfinite(log_a[[0, 1, 6]])) and np.all(tvb <= 1.0)
+    assert np.all(o[2] == 0) and np.isneginf(lse_o[2])
+
+
 @pytest.mark.parametrize("ns,d", [(1, 128), (5, 64), (64, 128), (200, 128)])
 def test_merge_prefetch_gives_the_same_bits(ns, d):
     """decode_merge with the cell's o_part rows copied into shared memory first (the default where

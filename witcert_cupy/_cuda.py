@@ -179,6 +179,11 @@ def merge_smem_bytes(ns, d, prefetch=None):
 
 _MERGE_OPTIN = {}  # decode_merge function -> the dynamic shared memory it was opted in to
 
+# decode_merge certifies a cell on a warp of its own (True), or on thread 0 after its channel of o
+# (False: the launch before session 13); the same bits either way (bench/decode_variants.py
+# MERGE_CERT_WARP=0 times the other)
+MERGE_CERT_WARP = True
+
 
 def bind_merge(o_part, lse_part, lam_part, cmax_part, o, lse, log_a, cmax, risk=None, tv_bound=None,
                prefetch=None):
@@ -199,8 +204,11 @@ def bind_merge(o_part, lse_part, lam_part, cmax_part, o, lse, log_a, cmax, risk=
         merge.max_dynamic_shared_size_bytes = smem
         _MERGE_OPTIN[merge] = smem
 
+    # certifying, one more warp: its first thread certifies the cell while the others run the o loop
+    block = min(d, 256) + (32 if risk is not None and MERGE_CERT_WARP else 0)
+
     def launch():
-        merge((rows,), (min(d, 256),), args, shared_mem=smem)
+        merge((rows,), (block,), args, shared_mem=smem)
 
     return launch
 
