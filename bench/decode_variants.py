@@ -42,7 +42,7 @@ _KERNEL_DIR = _cuda.kernel_dir
 def use_variant(defines):
     """Rebuild the kernels with ``defines`` (a list of ``NAME=VALUE``) added to the options;
     ``F16_WARPS=n`` sets the launch layer's warps per split of decode_stage1_f16 instead,
-    ``F16_PIPES=n`` its splits per CTA in both the kernel and the launch layer, and
+    ``F16_PIPES=n`` its splits per CTA in both the kernel and the launch layer,
     ``MERGE_CERT_WARP=0`` certifies on the merge's thread 0 (witcert_cupy/_cuda.py), and
     ``dir=PATH`` builds from another directory of kernel sources (e.g. an earlier commit's
     ``cuda/``, from ``git archive``) with the same launch layer."""
