@@ -588,26 +588,35 @@ def test_fp16_store_kernel_every_witness_width(bands, W, monkeypatch):
     assert np.all(r.o[1].get() == 0) and np.all(np.isfinite(r.o[2].get()))
 
 
-def _bits_with_defines(monkeypatch, defines, make_plans):
-    """Each plan's outputs (o, lse and, when certified, log_a and tv_bound, on the host) with the
-    kernels built with each entry of ``defines`` (``-D`` options added to the library's): one list
-    of arrays per entry.  The shipped options are restored, and their modules rebuilt, afterwards."""
+def _with_defines(monkeypatch, defines, run):
+    """``run()``'s result with the kernels built with each entry of ``defines`` (``-D`` options added
+    to the library's): one result per entry.  The shipped options, and anything else ``run`` set
+    through ``monkeypatch``, are restored, and the modules rebuilt, afterwards."""
     base = _cuda.options()
     out = []
     try:
         for extra in defines:
             monkeypatch.setattr(_cuda, "options", lambda e=extra: base + tuple(f"-D{d}" for d in e))
             _cuda._module.cache_clear()
-            got = []
-            for plan in make_plans():
-                plan.launch()
-                r = plan.result()
-                got += [a.get() for a in (r.o, r.lse, r.log_a, r.tv_bound) if a is not None]
-            out.append(got)
+            out.append(run())
     finally:
         monkeypatch.undo()
         _cuda._module.cache_clear()  # later tests build with the shipped options again
     return out
+
+
+def _bits_with_defines(monkeypatch, defines, make_plans):
+    """Each plan's outputs (o, lse and, when certified, log_a and tv_bound, on the host) with the
+    kernels built with each entry of ``defines``: one list of arrays per entry (:func:`_with_defines`)."""
+    def run():
+        got = []
+        for plan in make_plans():
+            plan.launch()
+            r = plan.result()
+            got += [a.get() for a in (r.o, r.lse, r.log_a, r.tv_bound) if a is not None]
+        return got
+
+    return _with_defines(monkeypatch, defines, run)
 
 
 @pytest.mark.parametrize("G,bits,tier", [(4, 8, "B"), (7, 8, "AB"), (7, 16, "B"), (8, 24, "AB"), (3, 8, "A")])
@@ -669,16 +678,10 @@ def test_fp16_staging_by_runs_gives_the_same_bits(W, page, monkeypatch):
     assert np.all(np.isfinite(runs[0])) and np.all(np.isfinite(runs[4]))
 
 
-@pytest.mark.parametrize("ns,d", [(1, 128), (5, 64), (64, 128), (200, 128), (33, 256)])
-def test_merge_certifying_warp_and_early_lambda_give_the_same_bits(ns, d, monkeypatch):
-    """decode_merge forms log A's sum over the splits in the same loop as lse's (MG_LAMBDA_EARLY=1,
-    the default) and certifies each cell on an extra warp while the others run the o loop
-    (_cuda.MERGE_CERT_WARP, the default): the same operations on the same values, so the same bits as
-    log A after the o loop and the certificate on thread 0 (the order before) — every combination,
-    with and without the prefetch, over normal cells, empty splits, an all-empty cell, a poisoned
-    split, an infinite λ and an uncertified (λ = −inf) cell."""
-    rng = np.random.default_rng(ns + d)
-    rows = 7
+def _merge_cells(rng, rows, ns, d):
+    """Split partials of ``rows`` cells for decode_merge (o_part on the device; lse, λ and cmax on the
+    host, for the caller's own special cells): row 1 has empty splits, row 2 no tokens at all, row 3
+    a poisoned split."""
     o_part = cp.asarray(rng.standard_normal((rows, ns, d)).astype(np.float32))
     lse = rng.standard_normal((rows, ns)).astype(np.float32) * 3
     lam = lse + np.abs(rng.standard_normal((rows, ns))).astype(np.float32) * 0.01
@@ -688,25 +691,40 @@ def test_merge_certifying_warp_and_early_lambda_give_the_same_bits(ns, d, monkey
     lse[2], lam[2], cmx[2] = -np.inf, -np.inf, 0.0  # no tokens at all
     lse[3, ns // 2] = np.nan  # a poisoned split
     lam[3, ns // 2] = np.inf
+    return o_part, lse, lam, cmx
+
+
+def _run_merge(o_part, lse, lam, cmx, prefetch):
+    """decode_merge with the certificate over the partials: (o, lse, log_a, cmax, risk, tv_bound) on
+    the host, from outputs filled with a sentinel first."""
+    rows, _, d = o_part.shape
+    res = (cp.full((rows, d), 7.0, cp.float32), *(cp.full(rows, 7.0, cp.float32) for _ in range(3)),
+           cp.zeros(rows, cp.float64), cp.zeros(rows, cp.float64))
+    _cuda.bind_merge(o_part, cp.asarray(lse), cp.asarray(lam), cp.asarray(cmx), *res, prefetch=prefetch)()
+    return [a.get() for a in res]
+
+
+@pytest.mark.parametrize("ns,d", [(1, 128), (5, 64), (64, 128), (200, 128), (33, 256)])
+def test_merge_certifying_warp_and_early_lambda_give_the_same_bits(ns, d, monkeypatch):
+    """decode_merge forms log A's sum over the splits in the same loop as lse's (MG_LAMBDA_EARLY=1,
+    the default) and certifies each cell on an extra warp while the others run the o loop
+    (_cuda.MERGE_CERT_WARP, the default): the same operations on the same values, so the same bits as
+    log A after the o loop and the certificate on thread 0 (the order before) — every combination,
+    with and without the prefetch, over normal cells, empty splits, an all-empty cell, a poisoned
+    split, an infinite λ and an uncertified (λ = −inf) cell."""
+    o_part, lse, lam, cmx = _merge_cells(np.random.default_rng(ns + d), 7, ns, d)
     lam[4, ns - 1] = np.inf  # an infinite certificate in one split
     lam[5], cmx[5] = -np.inf, 0.0  # no certificate
-    parts = (o_part, cp.asarray(lse), cp.asarray(lam), cp.asarray(cmx))
-    base = _cuda.options()
-    out = []
-    try:
+
+    def run():
+        got = []
         for warp in (True, False):
-            for early in (1, 0):
-                monkeypatch.setattr(_cuda, "MERGE_CERT_WARP", warp)
-                monkeypatch.setattr(_cuda, "options", lambda e=early: base + (f"-DMG_LAMBDA_EARLY={e}",))
-                _cuda._module.cache_clear()
-                for pf in (True, False):
-                    res = (cp.full((rows, d), 7.0, cp.float32), *(cp.full(rows, 7.0, cp.float32) for _ in range(3)),
-                           cp.zeros(rows, cp.float64), cp.zeros(rows, cp.float64))
-                    _cuda.bind_merge(*parts, *res, prefetch=pf)()
-                    out.append([a.get() for a in res])
-    finally:
-        monkeypatch.undo()
-        _cuda._module.cache_clear()
+            monkeypatch.setattr(_cuda, "MERGE_CERT_WARP", warp)
+            got += [_run_merge(o_part, lse, lam, cmx, pf) for pf in (True, False)]
+        return got
+
+    out = [r for per_build in _with_defines(monkeypatch, [["MG_LAMBDA_EARLY=1"], ["MG_LAMBDA_EARLY=0"]], run)
+           for r in per_build]
     assert len(out) == 8
     for got in out[1:]:
         for a, b in zip(got, out[0]):
@@ -723,24 +741,8 @@ def test_merge_prefetch_gives_the_same_bits(ns, d):
     they fit) and read from global memory: the same sums in the same order, so the same bits —
     over normal cells, cells with empty splits, an all-empty cell and a poisoned (NaN) one, with
     the certificate.  At ns = 200 the default does not prefetch (the rows exceed its budget)."""
-    rng = np.random.default_rng(ns)
-    rows = 6
-    o_part = cp.asarray(rng.standard_normal((rows, ns, d)).astype(np.float32))
-    lse = rng.standard_normal((rows, ns)).astype(np.float32) * 3
-    lam = lse + np.abs(rng.standard_normal((rows, ns))).astype(np.float32) * 0.01
-    cmx = np.abs(rng.standard_normal((rows, ns))).astype(np.float32)
-    lse[1, ::2] = -np.inf  # empty splits
-    lam[1, ::2] = -np.inf
-    lse[2], lam[2], cmx[2] = -np.inf, -np.inf, 0.0  # no tokens at all
-    lse[3, ns // 2] = np.nan  # a poisoned split
-    lam[3, ns // 2] = np.inf
-    parts = (o_part, cp.asarray(lse), cp.asarray(lam), cp.asarray(cmx))
-    out = {}
-    for pf in (True, False):
-        res = (cp.full((rows, d), 7.0, cp.float32), *(cp.full(rows, 7.0, cp.float32) for _ in range(3)),
-               cp.zeros(rows, cp.float64), cp.zeros(rows, cp.float64))
-        _cuda.bind_merge(*parts, *res, prefetch=pf)()
-        out[pf] = [a.get() for a in res]
+    parts = _merge_cells(np.random.default_rng(ns), 6, ns, d)
+    out = {pf: _run_merge(*parts, pf) for pf in (True, False)}
     assert _cuda.merge_smem_bytes(ns, d)[1] == (ns <= 128)
     for a, b in zip(out[True], out[False]):
         assert np.array_equal(a, b, equal_nan=True)
