@@ -189,3 +189,24 @@ def test_gpu_default_split_count_fills_one_wave_of_resident_ctas():
     assert f16_splits(1, 4, 4096) == 64 and f16_splits(1, 8, 4096) == 64
     assert f16_splits(8, 4, 32768) == 41  # one wave: 1320 // 32
     assert f16_splits(1, 8, 40) == 1  # a short request: one split
+
+    def v2_splits(batch, hkv, tokens, ctas=6, sms=132, pages=1 << 20):
+        dev = types.SimpleNamespace(num_sms=sms, pool=types.SimpleNamespace(num_kv_heads=hkv, num_pages=pages))
+        dev.default_num_splits = types.MethodType(_cuda._DeviceBase.default_num_splits, dev)
+        return _cuda._DeviceBase.v2_num_splits(dev, batch, ctas, tokens)
+
+    # the INT8 kernel's rule (runs 98–102): the 64-split rule, or where 64 splits leave most of one
+    # wave empty, up to 128 within one wave: 4 CTAs per SM (in steps of 64 splits) for splits of at
+    # least 128 tokens, the whole wave for splits of at least 512
+    assert v2_splits(1, 4, 32768) == 128 and v2_splits(1, 4, 131072) == 128 and v2_splits(1, 2, 32768) == 128
+    assert v2_splits(1, 4, 16384) == 128 and v2_splits(1, 4, 12800) == 100  # 128 tokens each
+    assert v2_splits(1, 4, 8192) == 64 and v2_splits(1, 4, 4096) == 64 and v2_splits(1, 4, 1024) == 64
+    assert v2_splits(1, 8, 16384) == 64 and v2_splits(1, 8, 32768) == 64  # 528 // 8 = 66: steps of 64
+    assert v2_splits(1, 5, 32768) == 64 and v2_splits(1, 3, 32768) == 128  # 105 → 64, 176 → 128
+    assert v2_splits(1, 8, 131072) == 99 and v2_splits(2, 4, 131072) == 99  # the whole wave: 792 // 8
+    assert v2_splits(1, 8, 50688) == 99 and v2_splits(1, 8, 40960) == 80  # splits of 512 tokens
+    assert v2_splits(1, 8, 34303) == 66 and v2_splits(1, 8, 32767) == 64  # 66 or 63 splits of 512
+    assert v2_splits(8, 8, 32768) == 12 and v2_splits(4, 4, 32768) == 49  # one wave, as before
+    assert v2_splits(1, 4, 32768, pages=80) == 80  # never more splits than pages
+    assert v2_splits(1, 4, 32768, ctas=1) == 33  # nor more than one wave of resident CTAs
+    assert v2_splits(1, 4, 32768, ctas=3) == 64 and v2_splits(1, 4, 131072, ctas=3) == 99  # 3 resident: 99 a wave

@@ -750,6 +750,35 @@ def test_merge_prefetch_gives_the_same_bits(ns, d):
     assert np.all(np.isnan(o[3])) and np.all(o[2] == 0) and np.all(np.isfinite(o[[0, 1, 4, 5]]))
 
 
+def test_merge_opt_in_survives_a_rebuild_that_shares_the_function():
+    """A merge bound with more than 48 KB of shared memory still launches after a rebuild (the same
+    source and options: CuPy hands back the same CUDA function under a new kernel object) and a
+    second, smaller opt-in above 48 KB: the opt-in only grows (run 99 lowered it and the first
+    launch failed with CUDA_ERROR_INVALID_VALUE)."""
+    rng = np.random.default_rng(99)
+    big, small = _merge_cells(rng, 4, 128, 128), _merge_cells(rng, 4, 96, 128)
+    assert _cuda.merge_smem_bytes(128, 128)[0] > _cuda.merge_smem_bytes(96, 128)[0] > 48 * 1024
+
+    def bound(parts):
+        o_part, lse, lam, cmx = parts
+        res = (cp.zeros((4, 128), cp.float32), *(cp.zeros(4, cp.float32) for _ in range(3)))
+        return _cuda.bind_merge(o_part, cp.asarray(lse), cp.asarray(lam), cp.asarray(cmx), *res), res
+
+    launch_big, res_big = bound(big)
+    launch_big()
+    want = res_big[0].get()
+    try:
+        _cuda._module.cache_clear()
+        launch_small, _ = bound(small)
+        launch_small()
+        res_big[0].fill(0)
+        launch_big()
+        cp.cuda.Device().synchronize()
+    finally:
+        _cuda._module.cache_clear()
+    assert np.array_equal(res_big[0].get(), want, equal_nan=True)
+
+
 def test_telemetry_on_device_without_host_sync():
     import cupyx
 

@@ -113,6 +113,22 @@ def kernel(filename: str, name: str, template: str | None = None, extra_options:
     return _module(filename, (template,), tuple(extra_options)).get_function(template)
 
 
+# decode_stage1_v2's default split count where the 64-split rule leaves most of one wave of resident
+# CTAs empty (small batch, few kv heads; bench/NOTES.md, session 14): at most V2_MAX_SPLITS
+# (decode_merge's shared-memory prefetch holds 128), within one wave; up to V2_GRID_CAP CTAs per SM,
+# in steps of 64 splits, for splits of at least V2_MIN_TOKENS tokens; the whole wave for splits of at
+# least V2_WAVE_MIN_TOKENS.  Measured at batch 1 (runs 98–102): 28/4, 128 splits (4 CTAs per SM)
+# against 64 took 40.9 against 46.5 µs at 16k, 61.7 against 77.1 at 32k, 186 against 260 at 128k; 16/2
+# at 32k 51.4 against 76.7; at 8k the two came within 2% (96 and 112 splits: 8–14% slower).  32/8,
+# whose 64 splits already make 4 CTAs per SM: the whole wave (96–99 splits) against 64 took 51.0
+# against 46.8 µs at 16k, 77.6 against 78.8 at 32k, 132.6 against 142.3 at 64k, 251.5 against 271.5 at
+# 128k (batch 2, 28/4, 128k: 323.8 against 346.7); two waves (112–128 splits) were 10–35% slower, 66
+# splits 1% slower than 64.
+V2_MAX_SPLITS = 128
+V2_GRID_CAP = 4
+V2_MIN_TOKENS = 128
+V2_WAVE_MIN_TOKENS = 512
+
 # threads per CTA of decode_stage1_v2: cuda/decode_v2.cu's V2_THREADS (tests/test_cuda_compile.py
 # checks the two agree)
 V2_THREADS = 64
@@ -177,8 +193,6 @@ def merge_smem_bytes(ns, d, prefetch=None):
     return 4 * (merge_smem_floats(ns) + (ns * d if pf else 0)), pf
 
 
-_MERGE_OPTIN = {}  # decode_merge function -> the dynamic shared memory it was opted in to
-
 # decode_merge certifies a cell on a warp of its own (True), or on thread 0 after its channel of o
 # (False: the launch before session 13); the same bits either way (bench/decode_variants.py
 # MERGE_CERT_WARP=0 times the other)
@@ -199,10 +213,11 @@ def bind_merge(o_part, lse_part, lam_part, cmax_part, o, lse, log_a, cmax, risk=
     args = (o_part, lse_part, lam_part, cmax_part, _i32(ns), _i32(d), o, lse, log_a, cmax,
             null if risk is None else risk, null if tv_bound is None else tv_bound, _i32(pf))
     merge = kernel("decode.cu", "decode_merge")
-    # one function object serves every plan, so the opt-in only ever grows
-    if smem > 48 * 1024 and smem > _MERGE_OPTIN.get(merge, 0):
+    # the opt-in only ever grows, read from the function itself: kernel objects built apart (after a
+    # rebuild with other options, bench/decode_variants.py) may share one CUDA function, and a
+    # record kept per object lowered a larger plan's opt-in (run 99)
+    if smem > 48 * 1024 and smem > merge.max_dynamic_shared_size_bytes:
         merge.max_dynamic_shared_size_bytes = smem
-        _MERGE_OPTIN[merge] = smem
 
     # certifying, one more warp: its first thread certifies the cell while the others run the o loop
     block = min(d, 256) + (32 if risk is not None and MERGE_CERT_WARP else 0)
@@ -449,21 +464,35 @@ class _DeviceBase:
 
     def default_num_splits(self, batch, ctas_per_sm=4, max_splits=64, tokens=None, min_tokens=64):
         """One wave of resident CTAs (``ctas_per_sm`` per SM, the stage-1 kernel's occupancy; for
-        the fp16 kernel's pipelines, splits per SM) over
-        batch × kv heads, at most ``max_splits``; splits beyond a request's pages exit at once.  Chosen
-        without reading the page table (that would synchronise the host).  Measured
-        (``bench/decode.py --splits``, bench/NOTES.md session 6): one wave beats two at every
-        small-batch shape; a wave counted at 4 CTAs per SM left the 6-per-SM kernel at 0.73 waves
-        (Nsight Compute, run 36); at batch 1 the best count was 32–64 at 4k–32k tokens (more splits
-        cost more set-up and merge than they add parallelism).  ``tokens`` (the mean tokens per
+        the fp16 kernel's pipelines, splits per SM) over batch × kv heads, at most ``max_splits``;
+        splits beyond a request's pages exit at once.  Chosen without reading the page table (that
+        would synchronise the host).  Measured (``bench/decode.py --splits``, bench/NOTES.md session
+        6): one wave beats two at every small-batch shape; a wave counted at 4 CTAs per SM left the
+        6-per-SM kernel at 0.73 waves (Nsight Compute, run 36).  ``tokens`` (the mean tokens per
         request, from the page table's shape) keeps at least ``min_tokens`` per split: the one-warp
         fp16 kernel takes ``max_splits=128`` (run 56: 128 splits at batch 1, 28/4, 32k, 55 µs against
-        75 at 64; at 4k, 64 splits 22–24 µs against 27–28 at 128)."""
+        75 at 64; at 4k, 64 splits 22–24 µs against 27–28 at 128); the INT8 kernel's rule is
+        :meth:`v2_num_splits`."""
         target = max(1, ctas_per_sm) * self.num_sms
         ns = min(max_splits, target // max(1, batch * self.pool.num_kv_heads), self.pool.num_pages)
         if tokens is not None:
             ns = min(ns, tokens // min_tokens)
         return int(max(1, ns))
+
+    def v2_num_splits(self, batch, ctas_per_sm, tokens):
+        """decode_stage1_v2's default: the 64-split rule, and where 64 splits leave most of one wave
+        empty, more — up to :data:`V2_MAX_SPLITS` within one wave: a multiple of 64 while the grid
+        stays within :data:`V2_GRID_CAP` CTAs per SM, for splits of at least :data:`V2_MIN_TOKENS`
+        tokens; the whole wave for splits of at least :data:`V2_WAVE_MIN_TOKENS`."""
+        ns = self.default_num_splits(batch, ctas_per_sm)
+        if ns < 64:
+            return ns
+        rows = max(1, batch * self.pool.num_kv_heads)
+        # (in whole steps of 64: 66 splits at 32/8 measured 1% slower than 64, runs 100 and 102)
+        capped = min(V2_GRID_CAP, max(1, ctas_per_sm)) * self.num_sms // rows // 64 * 64
+        near = self.default_num_splits(batch, ctas_per_sm, V2_MAX_SPLITS, tokens, V2_MIN_TOKENS)
+        wave = self.default_num_splits(batch, ctas_per_sm, V2_MAX_SPLITS, tokens, V2_WAVE_MIN_TOKENS)
+        return max(ns, min(near, capped), wave)
 
     def plan(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits, unroll=0,
              max_pages=0, telemetry=None, stage1="auto"):
@@ -600,6 +629,8 @@ class DecodePlan:
                 ns = dev.default_num_splits(B, resident * npipe, max_splits=128,
                                             tokens=self.ix.shape[0] * p.page_size // max(1, B))
                 ns = ns - ns % npipe if ns >= npipe else ns
+            elif stage1 == "v2":
+                ns = dev.v2_num_splits(B, resident, tokens=self.ix.shape[0] * p.page_size // max(1, B))
             else:
                 ns = dev.default_num_splits(B, resident)
         self.ns = ns
