@@ -156,9 +156,9 @@ class Int8Case:
         return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), c, num_splits, unroll,
                                     stage1=stage1) for r in range(self.rot)]
 
-    def check(self, bits, cert, stage1="auto"):
+    def check(self, bits, cert, stage1="auto", num_splits=None):
         """Request 0 of rotation 0 against float64 attention over the reconstructed values."""
-        plan = self.plans(bits, cert, stage1=stage1)[0]
+        plan = self.plans(bits, cert, stage1=stage1, num_splits=num_splits)[0]
         plan.launch()
         res = plan.result()
         ip, ix, ll = self.tables[0]

@@ -7,11 +7,13 @@ through decode_stage1_f16 (cuda/decode_f16.cu).
     PYTHONPATH=. python3 bench/decode_variants.py "V2_KUNROLL=1" "V2_KUNROLL=2,V2_VUNROLL=4" ...
     PYTHONPATH=. python3 bench/decode_variants.py --fp16 "" "F16_WARPS=2" ...
     git archive HEAD~1 cuda | tar -x -C /tmp/prev && PYTHONPATH=. python3 bench/decode_variants.py "" dir=/tmp/prev/cuda
+    PYTHONPATH=. python3 bench/decode_variants.py --shapes 1/28/4/32768,1/32/8/32768 "" NS=64 NS=128
 
-Every variant is built and checked first, then all are timed in turn for ``--rounds`` rounds (SDPA
-first in each), each timing with the SM clock sampled beside it (bench/gpu_clocks.py).  Writes
-``decode-variants-<date>.json`` (rows: variant, batch, hq, hkv, context, us and ratio_sdpa, the
-medians over rounds, and each round's µs and clocks).
+A variant ``NS=n`` launches n splits instead of the default count; ``--shapes`` replaces the default
+B/Hq/Hkv/context list. Every variant is built and checked first, then all are timed in turn for
+``--rounds`` rounds (SDPA first in each), each timing with the SM clock sampled beside it
+(bench/gpu_clocks.py). Writes ``decode-variants-<date>.json`` (rows: variant, num_splits, batch, hq,
+hkv, context, us and ratio_sdpa, the medians over rounds, and each round's µs and clocks).
 """
 
 from __future__ import annotations
@@ -43,14 +45,17 @@ def use_variant(defines):
     """Rebuild the kernels with ``defines`` (a list of ``NAME=VALUE``) added to the options;
     ``F16_WARPS=n`` sets the launch layer's warps per split of decode_stage1_f16 instead,
     ``F16_PIPES=n`` its splits per CTA in both the kernel and the launch layer,
-    ``MERGE_CERT_WARP=0`` certifies on the merge's thread 0 (witcert_cupy/_cuda.py), and
-    ``dir=PATH`` builds from another directory of kernel sources (e.g. an earlier commit's
-    ``cuda/``, from ``git archive``) with the same launch layer."""
+    ``MERGE_CERT_WARP=0`` certifies on the merge's thread 0 (witcert_cupy/_cuda.py),
+    ``NS=n`` launches n splits instead of the default count (returned), and ``dir=PATH`` builds
+    from another directory of kernel sources (e.g. an earlier commit's ``cuda/``, from ``git
+    archive``) with the same launch layer."""
     _cuda.F16_WARPS, _cuda.F16_PIPES, _cuda.MERGE_CERT_WARP = _F16_WARPS, _F16_PIPES, _MERGE_CERT_WARP
     _cuda.kernel_dir = _KERNEL_DIR
-    extra = []
+    extra, ns = [], None
     for d in defines:
-        if d.startswith("F16_WARPS="):
+        if d.startswith("NS="):
+            ns = int(d.split("=")[1])
+        elif d.startswith("F16_WARPS="):
             _cuda.F16_WARPS = int(d.split("=")[1])
         elif d.startswith("F16_PIPES="):
             _cuda.F16_PIPES = int(d.split("=")[1])
@@ -64,6 +69,7 @@ def use_variant(defines):
             extra.append(f"-D{d}")
     _cuda.options = lambda: _BASE_OPTIONS + tuple(extra)
     _cuda._module.cache_clear()
+    return ns
 
 
 def _result_bits(plan):
@@ -87,10 +93,14 @@ def main():
                     help="times each variant (and SDPA) this many times in turn; rows report the median")
     ap.add_argument("--same-bits", action="store_true",
                     help="fail unless every variant's o, lse and certificate equal the first variant's bit for bit")
+    ap.add_argument("--shapes", default=None,
+                    help="B/Hq/Hkv/context,... instead of the default shapes (e.g. 1/28/4/32768,8/28/4/32768)")
     args = ap.parse_args()
     l2 = bd.l2_bytes()
     rows = []
-    if args.fp16:
+    if args.shapes:
+        shapes = tuple(tuple(int(x) for x in sh.split("/")) for sh in args.shapes.split(","))
+    elif args.fp16:
         shapes = ((8, 32, 8, 32768), (8, 28, 4, 32768), (32, 28, 4, 32768), (1, 32, 8, 4096))
     else:
         shapes = ((8, 32, 8, 32768), (8, 28, 4, 32768), (1, 32, 8, 32768), (1, 32, 8, 4096))
@@ -102,11 +112,11 @@ def main():
         # round, SDPA first in each round: a drift of the clock over the run falls on all of them
         first, built = {}, []
         for v in args.variants:
-            use_variant([d for d in v.split(",") if d])
+            ns = use_variant([d for d in v.split(",") if d])
             for cert in certs:
-                err = case.check(bits, cert, stage1)
+                err = case.check(bits, cert, stage1, num_splits=ns)
                 assert err < 1e-4, (v, err)
-                plans = case.plans(bits, cert, stage1=stage1)
+                plans = case.plans(bits, cert, stage1=stage1, num_splits=ns)
                 bits_now = _result_bits(plans[0])
                 first.setdefault(cert, bits_now)
                 same = all(cp.array_equal(a, b) for a, b in zip(bits_now, first[cert]))
@@ -124,12 +134,13 @@ def main():
               + " ".join(f"{t[0]:.1f}{bd.clock_note(t)}" for t in sdpa_rounds), flush=True)
         for (v, cert, plans, err, same), ts in zip(built, var_rounds):
             us = statistics.median(t[0] for t in ts)
-            rows.append(dict(variant=v or "shipped", kernel=plans[0].kernel_name, batch=B, hq=hq, hkv=hkv,
-                             context=ctx, cert=cert, us=us, sdpa_us=sdpa_us, ratio_sdpa=us / sdpa_us,
+            rows.append(dict(variant=v or "shipped", kernel=plans[0].kernel_name, num_splits=plans[0].ns, batch=B,
+                             hq=hq, hkv=hkv, context=ctx, cert=cert, us=us, sdpa_us=sdpa_us, ratio_sdpa=us / sdpa_us,
                              us_rounds=[t[0] for t in ts], sdpa_us_rounds=[t[0] for t in sdpa_rounds],
                              clocks_rounds=[t.clocks for t in ts], sdpa_clocks_rounds=[t.clocks for t in sdpa_rounds],
                              rel_err_vs_fp64=err, same_bits_as_first=bool(same)))
-            print(f"variant [{v or 'shipped'}]{'' if cert or args.fp16 else ' uncertified'} B={B} {hq}/{hkv} ctx={ctx}: {us:8.1f} us ({us / sdpa_us:.2f}x SDPA "
+            print(f"variant [{v or 'shipped'}]{'' if cert or args.fp16 else ' uncertified'} B={B} {hq}/{hkv} ctx={ctx} "
+                  f"ns={plans[0].ns}: {us:8.1f} us ({us / sdpa_us:.2f}x SDPA "
                   f"{sdpa_us:.1f} us){'' if same else ' (bits differ from the first variant)'}; rounds "
                   + " ".join(f"{t[0]:.1f}{bd.clock_note(t)}" for t in ts), flush=True)
         built = case = sdpa_fns = None
