@@ -162,8 +162,9 @@ def test_sm_scale_and_no_cert():
 def test_gpu_default_split_count_fills_one_wave_of_resident_ctas():
     """The GPU launch layer's default split count (host arithmetic only, run here without a GPU):
     one wave of the stage-1 kernel's resident CTAs over batch × kv heads, at most 64 splits (the
-    measured best at batch 1, bench/NOTES.md session 6), at least 1, never more than the pool's
-    pages."""
+    measured best at batch 1 in bench/NOTES.md session 6), at least 1, never more than the pool's
+    pages; the fp16 kernel's rule (up to 128 splits of at least 64 tokens) and the INT8 kernel's
+    (beyond 64 splits at small batch, session 14)."""
     import types
 
     from witcert_cupy import _cuda

@@ -622,7 +622,8 @@ class DecodePlan:
             fp16 = "true" if dev.fp16_store else "false"
             self.stage1 = kernel("decode.cu", None, f"decode_stage1<{d}, {G}, {fp16}, {unroll}>")
         # the default split count: one wave of this kernel's resident CTAs (the one-warp fp16 kernel:
-        # up to 128 splits of at least 64 tokens, the mean request's length from the table's shape)
+        # up to 128 splits of at least 64 tokens, the mean request's length from the table's shape;
+        # the INT8 kernel: beyond 64 splits at small batch, v2_num_splits)
         if not ns:
             resident = _resident_ctas(self.stage1, self.block1, self.smem1)
             if stage1 == "f16":  # a whole number of CTAs' pipelines where there are several
