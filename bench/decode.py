@@ -111,6 +111,12 @@ def time_torch(launches, reps):
     return _timed(statistics.median(times), times, sampler)
 
 
+def parse_shapes(text):
+    """``"1/28/4/32768,8/32/8/32768"`` → ``((1, 28, 4, 32768), (8, 32, 8, 32768))``: (batch, Hq, Hkv,
+    context) per shape, the benchmarks' ``--shapes`` option."""
+    return tuple(tuple(int(x) for x in sh.split("/")) for sh in text.split(","))
+
+
 def rotations(bytes_one, l2):
     return int(max(1, min(16, math.ceil(3 * l2 / max(bytes_one, 1)))))
 

@@ -45,7 +45,7 @@ def main():
     rows = []
     shapes, splits = (FP16_SHAPES, FP16_SPLITS) if args.fp16 else (SHAPES, SPLITS)
     if args.shapes:
-        shapes = tuple(tuple(int(x) for x in sh.split("/")) for sh in args.shapes.split(","))
+        shapes = bd.parse_shapes(args.shapes)
     if args.splits:
         splits = tuple(int(x) for x in args.splits.split(","))
     bits = None if args.fp16 else 8

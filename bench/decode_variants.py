@@ -99,7 +99,7 @@ def main():
     l2 = bd.l2_bytes()
     rows = []
     if args.shapes:
-        shapes = tuple(tuple(int(x) for x in sh.split("/")) for sh in args.shapes.split(","))
+        shapes = bd.parse_shapes(args.shapes)
     elif args.fp16:
         shapes = ((8, 32, 8, 32768), (8, 28, 4, 32768), (32, 28, 4, 32768), (1, 32, 8, 4096))
     else:

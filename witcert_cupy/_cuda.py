@@ -626,12 +626,12 @@ class DecodePlan:
         # the INT8 kernel: beyond 64 splits at small batch, v2_num_splits)
         if not ns:
             resident = _resident_ctas(self.stage1, self.block1, self.smem1)
+            tokens = self.ix.shape[0] * p.page_size // max(1, B)  # the mean request's, at most
             if stage1 == "f16":  # a whole number of CTAs' pipelines where there are several
-                ns = dev.default_num_splits(B, resident * npipe, max_splits=128,
-                                            tokens=self.ix.shape[0] * p.page_size // max(1, B))
+                ns = dev.default_num_splits(B, resident * npipe, max_splits=128, tokens=tokens)
                 ns = ns - ns % npipe if ns >= npipe else ns
             elif stage1 == "v2":
-                ns = dev.v2_num_splits(B, resident, tokens=self.ix.shape[0] * p.page_size // max(1, B))
+                ns = dev.v2_num_splits(B, resident, tokens)
             else:
                 ns = dev.default_num_splits(B, resident)
         self.ns = ns
