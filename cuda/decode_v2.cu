@@ -28,7 +28,7 @@
 // summed in channel order, then added in chunk order: the error of 16 + 8 terms instead of 128),
 // channel order above and for fp16 rows; token order per output channel, band and group order in
 // c_t, token order per lane in λ.
-// Shared memory: static, 18–36 KB.  Never reads out of bounds: page ids outside the pool, an
+// Shared memory: static, 19–37 KB.  Never reads out of bounds: page ids outside the pool, an
 // inconsistent kv_indptr or a bad last-page length poison the split (NaN output, infinite
 // certificate), as in decode_stage1; a token past the split's end reads slot 0.
 #include "common.cuh"
@@ -61,7 +61,8 @@
 // λ's update for tile i by the V warp at the start of its phase A of tile i + 1 (1), where the K
 // warp's longer phase A hides it, or between the barrier and phase C of tile i (0), where both
 // warps wait for it.  The same operations in the same order either way; the logits go through a
-// second buffer so that the K warp's next ones do not overwrite them first.
+// second buffer so that the K warp's next ones do not overwrite them first.  (0 spills 4 bytes at
+// G = 6, 24-bit, under NVRTC 13.0 since c_t goes through shared memory.)
 #ifndef V2_LAMBDA_LAG
 #define V2_LAMBDA_LAG 1
 #endif
@@ -161,7 +162,7 @@ __device__ __forceinline__ void v2_token_c(const u16 (&ks)[8], bool valid, int N
     }
 }
 
-// CTAs per SM the register budget is set for (64 threads per CTA; shared memory, 18–35 KB, allows
+// CTAs per SM the register budget is set for (64 threads per CTA; shared memory, 19–37 KB, allows
 // 6–8): the largest count whose cap (65536 / (64·n) registers) ptxas meets without spilling —
 // 8 (128 registers) up to G = 3 and for fp16 rows up to G = 4, else 6 (168); INT8 at G = 8 needs
 // 180 (a bound of 5 still caps at 168 and spills), so 4, which still runs 5 per SM.  (7 at G = 4,
@@ -198,6 +199,12 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     __shared__ __align__(16) float P[G][V2_TILE];
     __shared__ float sc_s[G];   // this tile's rescale of o per head
     __shared__ float LT[1 + V2_LAMBDA_LAG][G][V2_TILE];  // the tile's logits (log2 units), for the V warp's λ
+    // V warp: a tile's c_t per lane until its λ step (V2_LAMBDA_LAG: at the next phase A), and in
+    // column G 1 where the lane's token is valid.  In registers (G + 1, carried over the loop's back
+    // edge) they were live through the K warp's code too, since ptxas cannot see that a thread stays
+    // on its side; here the same bits ran 0–1.7% faster (run 110).  The pitch is odd, so the lanes'
+    // stores of one column hit distinct banks.
+    __shared__ float cbuf[V2_TILE][(G + 1) | 1];
     __shared__ float st[G][5];  // per head at the end: m, l, m2, l2, cmax
 
     const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -306,13 +313,13 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     }
     __syncthreads();
 
-    // V warp: cmax and λ's sum under its own running maximum for one token (a tile's c_t in `ctv`,
+    // V warp: cmax and λ's sum under its own running maximum for one token (a tile's c_t in cbuf,
     // its logits in LT[buf]), one exponential per token: 2^{-|x − m2|} scales either the old sum (a
     // new maximum) or the new term
-    auto lambda_step = [&](const float (&ctv)[G], int buf) {
+    auto lambda_step = [&](int buf) {
 #pragma unroll
         for (int g = 0; g < G; ++g) {
-            const float c = ctv[g];
+            const float c = cbuf[lane][g];
             cmx[g] = fmaxf(cmx[g], c);  // infinite c_t: λ = +inf at the end ("no guarantee")
             if (c != INFINITY) {
                 const float x = LT[buf][g][lane] + c * V2_LOG2E;
@@ -323,8 +330,6 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
             }
         }
     };
-    float ctp[G];        // V warp, V2_LAMBDA_LAG: the previous tile's c_t, its λ step still to come
-    bool vp = false;     // and whether that tile's token was valid
     int par = 0;         // the tile's LT buffer
     for (i64 t0 = ta; t0 < tb; t0 += V2_TILE, par ^= V2_LAMBDA_LAG) {
         // ---- A: lane = token, warp = side; the thread's whole row.  A token past the split's end
@@ -403,7 +408,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
             // V: the previous tile's λ step (V2_LAMBDA_LAG), the token's certificate inputs (K's
             // scales of this row: loads in flight through the dequantization), then the
             // dequantized V row into the shared tile
-            if (V2_LAMBDA_LAG && tier && vp) lambda_step(ctp, par ^ 1);
+            if (V2_LAMBDA_LAG && tier && t0 > ta && cbuf[lane][G] != 0.0f) lambda_step(par ^ 1);
             const i64 rowK = row - (i64)H * N;  // the same slot on the K side
             u16 ks[8];
 #pragma unroll
@@ -436,12 +441,11 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                         }
                 }
             }
-            if (tier) v2_token_c<G, FP16>(ks, valid, NG, tier, NB, wit + rowK * NB, a_band, bq1, bq2, ct);
-            if (V2_LAMBDA_LAG) {  // (also without a certificate, where nothing reads it: guarded
-                                  // by the run-time tier, NVRTC 13.0 spilled 8 bytes at G = 6)
+            if (tier) {  // c_t, kept for the λ step
+                v2_token_c<G, FP16>(ks, valid, NG, tier, NB, wit + rowK * NB, a_band, bq1, bq2, ct);
 #pragma unroll
-                for (int g = 0; g < G; ++g) ctp[g] = ct[g];
-                vp = valid;
+                for (int g = 0; g < G; ++g) cbuf[lane][g] = ct[g];
+                cbuf[lane][G] = valid ? 1.0f : 0.0f;
             }
         }
         // the next tile's rows start loading and its page ids are read, both in flight through
@@ -453,7 +457,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         __syncthreads();
 
         // ---- the certificate (V warp, lane = token), unless it waits for the next phase A
-        if (!V2_LAMBDA_LAG && side == 1 && tier && valid) lambda_step(ct, 0);
+        if (!V2_LAMBDA_LAG && side == 1 && tier && valid) lambda_step(0);
 
         // ---- C: channels 2·tid, 2·tid + 1 of every head's output (a warp reads 256 contiguous bytes
         // of a V̂ row: two wavefronts)
@@ -484,7 +488,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         __syncthreads();
     }
     // the last tile's λ step (its logits are visible: the loop's last barrier)
-    if (V2_LAMBDA_LAG && side == 1 && tier && vp) lambda_step(ctp, par ^ 1);
+    if (V2_LAMBDA_LAG && side == 1 && tier && cbuf[lane][G] != 0.0f) lambda_step(par ^ 1);
     }
 
     // ---- outputs: the heads' statistics reduced over the K warp's lanes and passed through shared
