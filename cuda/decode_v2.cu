@@ -124,8 +124,11 @@ __device__ __forceinline__ void v2_c_tier_b(const u16 (&ks)[8], bool valid, cons
             u2 += s2[gr] * bq2[g][gr];
             be += s1[gr] * bq1[g][gr];
         }
-        // sqrt as u2·rsqrt(u2): within a few ulps, far inside C_EVAL_SLACK (as extend_tc)
-        float c2 = ((u2 > 0.0f ? u2 * rsqrtf(u2) : 0.0f) + be) * (float)WC_C_EVAL_SLACK;
+        // sqrt as u2·rsqrt(u2): within a few ulps, far inside C_EVAL_SLACK (as extend_tc).  u2 = 0
+        // passes through, and so does NaN (0·inf: a query group whose Σq² overflows where the
+        // token's scale is 0), which the check below turns into +inf as sqrtf would; mapping it to
+        // 0 gave a finite c_t without u's other groups (found in session 15).
+        float c2 = ((u2 > 0.0f ? u2 * rsqrtf(u2) : u2) + be) * (float)WC_C_EVAL_SLACK;
         c2 = c2 <= WC_F32_MAX ? c2 : INFINITY;
         c[g] = fminf(c[g], c2);
     }

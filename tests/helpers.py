@@ -91,3 +91,20 @@ def page_slots(pages, lo, hi, page_size):
     """Slots of sequence positions ``lo..hi-1`` of a request laid out on ``pages``."""
     s = (np.asarray(pages)[:, None] * page_size + np.arange(page_size)).reshape(-1)
     return s[lo:hi]
+
+
+def overflowing_query_group_case(backend, H=2, G=4, d=128, lengths=(40, 300), page_size=16):
+    """A pool whose K rows are zero on channels 0..31 (scale group 0, so its scale is 0 for every
+    token) and queries whose entries there are 2e19 (so Σq² over the group overflows fp32): Tier B's
+    u² then meets 0·inf = NaN, while the logits stay finite.  Returns ``(pool, table, q)``."""
+    rng = np.random.default_rng(11)
+    indptr, indices, last, slots, npages = contiguous_table(list(lengths), page_size)
+    pool = wc.KVPool(1, H, d, npages, page_size, wc.QuantConfig(d, seed=3), backend=backend)
+    xp = pool.xp
+    for s in slots:
+        k = random_rows(rng, len(s), H, d)
+        k[:, :, :32] = 0.0
+        pool.write(0, xp.asarray(s), xp.asarray(k), xp.asarray(random_rows(rng, len(s), H, d)))
+    q = rng.standard_normal((len(lengths), H * G, d)).astype(np.float32)
+    q[:, :, :32] = 2e19
+    return pool, (indptr, indices, last, slots), q

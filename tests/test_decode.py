@@ -9,7 +9,7 @@ import pytest
 import witcert_cupy as wc
 from witcert_cupy import _contract as C
 from witcert_cupy import certificate, reference
-from helpers import filled_pool, page_table
+from helpers import filled_pool, overflowing_query_group_case, page_table
 
 
 def ref_request(pool, table, q, b, cert, sm=None):
@@ -211,3 +211,23 @@ def test_gpu_default_split_count_fills_one_wave_of_resident_ctas():
     assert v2_splits(1, 4, 32768, pages=80) == 80  # never more splits than pages
     assert v2_splits(1, 4, 32768, ctas=1) == 33  # nor more than one wave of resident CTAs
     assert v2_splits(1, 4, 32768, ctas=3) == 64 and v2_splits(1, 4, 131072, ctas=3) == 99  # 3 resident: 99 a wave
+
+
+def test_certificate_is_infinite_where_a_query_group_overflows():
+    """Σq² of a query's scale group beyond fp32 makes Tier B's u coefficient infinite, and a token
+    whose scale in that group is 0 meets 0·inf = NaN: the certificate must say "no guarantee"
+    (cmax = +inf, tv_bound = 1) there, not a finite c_t that lost u's other groups, while o and lse
+    stay finite (the group contributes 0 to the logits).  tests/test_gpu.py holds both GPU kernels
+    to the same."""
+    pool, table, q = overflowing_query_group_case("cpu")
+    r = run(pool, table, q, cert=wc.CertConfig(tier="B"))
+    assert np.all(np.isfinite(r.o)) and np.all(np.isfinite(r.lse))
+    assert np.all(np.isinf(r.cmax)) and np.all(r.tv_bound == 1.0)
+    # the same request with the query group at 1e19 (Σq² = 3.2e39 still overflows) and at 1e18
+    # (3.2e37, finite): the first still says "no guarantee", the second gives a finite bound
+    for amp, finite in ((1e19, False), (1e18, True)):
+        q2 = q.copy()
+        q2[:, :, :32] = amp
+        r2 = run(pool, table, q2, cert=wc.CertConfig(tier="B"))
+        assert np.all(np.isfinite(r2.cmax) == finite), amp
+

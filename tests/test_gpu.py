@@ -14,7 +14,7 @@ import witcert_cupy as wc
 from witcert_cupy import _contract as C
 from witcert_cupy import _cuda
 from witcert_cupy import reference
-from helpers import filled_pool, on_device, page_table, random_rows
+from helpers import filled_pool, on_device, overflowing_query_group_case, page_table, random_rows
 
 cp = pytest.importorskip("cupy")
 pytestmark = pytest.mark.gpu
@@ -648,6 +648,33 @@ def test_v2_lambda_step_lagged_gives_the_same_bits(G, bits, tier, monkeypatch):
         if lengths[bq]:
             rows = reference.request_rows(pc, 0, page_table(pc, tc), bq)
             assert np.all(reference.true_tv(q[bq].get(), rows["k_exact"], rows["k_hat"]) <= tvb[bq])
+
+
+@pytest.mark.parametrize("stage1", ["v2", "v1"])
+def test_certificate_is_infinite_where_a_query_group_overflows(stage1):
+    """Both INT8 stage-1 kernels on the inputs of tests/test_decode.py's test of the same name: a
+    query group whose Σq² overflows fp32 against tokens whose scale there is 0 (u² meets 0·inf =
+    NaN) must give "no guarantee" as the CPU backend does — decode_stage1_v2 mapped the NaN to a
+    zero square root and reported a finite c_t without u's other groups (session 15) — and a
+    group just below the overflow a finite cmax equal to the CPU's."""
+    pc, tc, q = overflowing_query_group_case("cpu")
+    pg, tg, _ = overflowing_query_group_case("cuda")
+    ip, ix, ll = on_device(pg, tg)
+    cert = wc.CertConfig(tier="B")
+    for amp, finite in ((2e19, False), (1e19, False), (1e18, True)):
+        qa = q.copy()
+        qa[:, :, :32] = amp
+        plan = pg._dev.plan(cp.asarray(qa), 0, ip, ix, ll, 1 / math.sqrt(128), cert, None, stage1=stage1)
+        plan.launch()
+        r = plan.result()
+        rc = _decode(pc, tc, qa, cert=cert)
+        assert np.all(np.isfinite(r.o.get())) and np.all(np.isfinite(r.lse.get()))
+        cm = r.cmax.get()
+        assert np.all(np.isfinite(cm) == finite) and np.all(np.isfinite(rc.cmax) == finite), amp
+        if finite:
+            np.testing.assert_allclose(cm, rc.cmax, rtol=3e-6)
+        else:
+            assert np.all(r.tv_bound.get() == 1.0)
 
 
 @pytest.mark.parametrize("W,page", [(1, 16), (1, 8), (2, 8)])
