@@ -230,4 +230,3 @@ def test_certificate_is_infinite_where_a_query_group_overflows():
         q2[:, :, :32] = amp
         r2 = run(pool, table, q2, cert=wc.CertConfig(tier="B"))
         assert np.all(np.isfinite(r2.cmax) == finite), amp
-
