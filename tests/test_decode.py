@@ -169,9 +169,13 @@ def test_gpu_default_split_count_fills_one_wave_of_resident_ctas():
 
     from witcert_cupy import _cuda
 
-    def splits(batch, hkv, ctas, sms=132, pages=1 << 20):
+    def device(hkv, sms=132, pages=1 << 20):  # the attributes the split rules read
         dev = types.SimpleNamespace(num_sms=sms, pool=types.SimpleNamespace(num_kv_heads=hkv, num_pages=pages))
-        return _cuda._DeviceBase.default_num_splits(dev, batch, ctas)
+        dev.default_num_splits = types.MethodType(_cuda._DeviceBase.default_num_splits, dev)
+        return dev
+
+    def splits(batch, hkv, ctas, sms=132, pages=1 << 20):
+        return device(hkv, sms, pages).default_num_splits(batch, ctas)
 
     assert splits(8, 8, 6) == 12 and 8 * 8 * 12 <= 6 * 132 < 8 * 8 * 13  # one wave, not more
     assert splits(8, 4, 6) == 24
@@ -182,8 +186,7 @@ def test_gpu_default_split_count_fills_one_wave_of_resident_ctas():
     assert splits(8, 8, 4) == 8  # the residency counts: 4 resident per SM get 8 splits, 6 get 12
 
     def f16_splits(batch, hkv, tokens, ctas=10, sms=132):
-        dev = types.SimpleNamespace(num_sms=sms, pool=types.SimpleNamespace(num_kv_heads=hkv, num_pages=1 << 20))
-        return _cuda._DeviceBase.default_num_splits(dev, batch, ctas, max_splits=128, tokens=tokens)
+        return device(hkv, sms).default_num_splits(batch, ctas, max_splits=128, tokens=tokens)
 
     # the one-warp fp16 kernel's rule (run 56): up to 128 splits, each of at least 64 tokens
     assert f16_splits(1, 4, 32768) == 128 and f16_splits(1, 8, 32768) == 128
@@ -192,9 +195,7 @@ def test_gpu_default_split_count_fills_one_wave_of_resident_ctas():
     assert f16_splits(1, 8, 40) == 1  # a short request: one split
 
     def v2_splits(batch, hkv, tokens, ctas=6, sms=132, pages=1 << 20):
-        dev = types.SimpleNamespace(num_sms=sms, pool=types.SimpleNamespace(num_kv_heads=hkv, num_pages=pages))
-        dev.default_num_splits = types.MethodType(_cuda._DeviceBase.default_num_splits, dev)
-        return _cuda._DeviceBase.v2_num_splits(dev, batch, ctas, tokens)
+        return _cuda._DeviceBase.v2_num_splits(device(hkv, sms, pages), batch, ctas, tokens)
 
     # the INT8 kernel's rule (runs 98–102): the 64-split rule, or where 64 splits leave most of one
     # wave empty, up to 128 within one wave: 4 CTAs per SM (in steps of 64 splits) for splits of at
