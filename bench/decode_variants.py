@@ -37,7 +37,8 @@ _spec.loader.exec_module(bd)
 _BASE_OPTIONS = _cuda.options()
 
 
-_F16_WARPS, _F16_PIPES, _MERGE_CERT_WARP = _cuda.F16_WARPS, _cuda.F16_PIPES, _cuda.MERGE_CERT_WARP
+# the launch layer's switches a variant may set (witcert_cupy/_cuda.py), with their shipped values
+_SWITCHES = {name: getattr(_cuda, name) for name in ("F16_WARPS", "F16_PIPES", "MERGE_CERT_WARP", "PDL")}
 _KERNEL_DIR = _cuda.kernel_dir
 
 
@@ -45,26 +46,25 @@ def use_variant(defines):
     """Rebuild the kernels with ``defines`` (a list of ``NAME=VALUE``) added to the options;
     ``F16_WARPS=n`` sets the launch layer's warps per split of decode_stage1_f16 instead,
     ``F16_PIPES=n`` its splits per CTA in both the kernel and the launch layer,
-    ``MERGE_CERT_WARP=0`` certifies on the merge's thread 0 (witcert_cupy/_cuda.py),
-    ``NS=n`` launches n splits instead of the default count (returned), and ``dir=PATH`` builds
-    from another directory of kernel sources (e.g. an earlier commit's ``cuda/``, from ``git
-    archive``) with the same launch layer."""
-    _cuda.F16_WARPS, _cuda.F16_PIPES, _cuda.MERGE_CERT_WARP = _F16_WARPS, _F16_PIPES, _MERGE_CERT_WARP
+    ``MERGE_CERT_WARP=0`` certifies on the merge's thread 0, ``PDL=0`` launches without
+    programmatic dependent launch (witcert_cupy/_cuda.py), ``NS=n`` launches n splits instead of
+    the default count (returned), and ``dir=PATH`` builds from another directory of kernel sources
+    (e.g. an earlier commit's ``cuda/``, from ``git archive``) with the same launch layer."""
+    for name, value in _SWITCHES.items():
+        setattr(_cuda, name, value)
     _cuda.kernel_dir = _KERNEL_DIR
     extra, ns = [], None
     for d in defines:
-        if d.startswith("NS="):
-            ns = int(d.split("=")[1])
-        elif d.startswith("F16_WARPS="):
-            _cuda.F16_WARPS = int(d.split("=")[1])
-        elif d.startswith("F16_PIPES="):
-            _cuda.F16_PIPES = int(d.split("=")[1])
-            extra.append(f"-D{d}")
-        elif d.startswith("MERGE_CERT_WARP="):
-            _cuda.MERGE_CERT_WARP = bool(int(d.split("=")[1]))
-        elif d.startswith("dir="):
-            other = Path(d[4:]).resolve()
+        name, _, value = d.partition("=")
+        if name == "NS":
+            ns = int(value)
+        elif name == "dir":
+            other = Path(value).resolve()
             _cuda.kernel_dir = lambda: other
+        elif name in _SWITCHES:
+            setattr(_cuda, name, type(_SWITCHES[name])(int(value)))
+            if name == "F16_PIPES":  # the kernel's constant too
+                extra.append(f"-D{d}")
         else:
             extra.append(f"-D{d}")
     _cuda.options = lambda: _BASE_OPTIONS + tuple(extra)

@@ -30,6 +30,7 @@
 #include "common.cuh"
 #include "philox.cuh"
 #include "cp_async.cuh"
+#include "griddep.cuh"
 
 #define DEC_THREADS 128
 #define DEC_WARPS (DEC_THREADS / 32)
@@ -183,6 +184,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     float* const pw_lt = &red[0][0][0];
     float* const pw_x = pw_lt + G * PW;
 
+    griddep_enter(GD_STAGE1_EARLY);  // before the first global access (griddep.cuh)
     const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int tsub = lane / LPT, cl = lane % LPT;
@@ -622,6 +624,7 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
     const i64 r = blockIdx.x;  // (b, hq)
     const int tid = threadIdx.x, nt = blockDim.x;
     const bool pref = MG_PREFETCH && pf != 0;
+    griddep_enter(GD_MERGE_EARLY);  // before the first global access (griddep.cuh)
     if (pref) {
         const float* src = o_part + r * ns * D;
         for (int i = tid; i < ns * D / 4; i += nt) cp_async16(ob_s + 4 * i, src + 4 * i);

@@ -40,6 +40,7 @@
 // token past the split's end stages zeros (its row is not read; the witness row of slot 0 is).
 #include "common.cuh"
 #include "cp_async.cuh"
+#include "griddep.cuh"
 
 #include "decode_f16_geometry.cuh"
 
@@ -188,6 +189,7 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
     u16* wt = reinterpret_cast<u16*>(after) + pipe * F16_TILE * NB;                  // [32][NB]
     float* a_band = reinterpret_cast<float*>(after + NP * F16_TILE * NB * 2);        // [G][NB]: sm·||q_g||
 
+    griddep_enter(GD_STAGE1_EARLY);  // before the first global access (griddep.cuh)
     const int s = blockIdx.x * NP + pipe, h = blockIdx.y, b = blockIdx.z;
     const bool live = s < num_splits;  // (the last CTA's spare pipelines only help load the query)
     const int Hq = H * G;

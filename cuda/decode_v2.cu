@@ -35,6 +35,7 @@
 #include "philox.cuh"
 #include "dequant.cuh"
 #include "cp_async.cuh"
+#include "griddep.cuh"
 
 #define V2_THREADS 64
 #define V2_TILE 32
@@ -210,6 +211,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     __shared__ float cbuf[V2_TILE][(G + 1) | 1];
     __shared__ float st[G][5];  // per head at the end: m, l, m2, l2, cmax
 
+    griddep_enter(GD_STAGE1_EARLY);  // before the first global access (griddep.cuh)
     const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int tid = threadIdx.x, side = tid >> 5, lane = tid & 31;
     const int Hq = H * G;

@@ -806,6 +806,99 @@ def test_merge_opt_in_survives_a_rebuild_that_shares_the_function():
     assert np.array_equal(res_big[0].get(), want, equal_nan=True)
 
 
+@pytest.mark.parametrize("store", ["int8", "fp16"])
+def test_pdl_launch_gives_the_same_bits(store, monkeypatch):
+    """A decode step launched with programmatic dependent launch (witcert_cupy/_launch.py; each
+    kernel waits for the previous one before its first global access, cuda/griddep.cuh) gives the
+    bits of plain launches: every stage-1 kernel, with and without a certificate, eagerly and in one
+    CUDA graph where each plan's step follows another plan's merge, twice over, from outputs reset
+    to NaN before the replay.  Also with every kernel signalling the next launch at its start
+    (GD_STAGE1_EARLY=1, GD_MERGE_EARLY=1), where the next kernel's CTAs are resident and waiting
+    while the previous kernel runs."""
+    from test_fp16pool import build, e4m3_like
+
+    from witcert_cupy import _launch
+
+    assert _launch.pdl_supported(cp.cuda.Device().id)  # (sm_90: the path under test is taken)
+    lengths = [5000, 33, 1500, 0, 700, 1]
+    if store == "int8":
+        cfg = wc.QuantConfig(128, witness_bands=16, seed=3, dither_bits=8)
+        _, (pool, table, _, _) = _pools(31, lengths=lengths, H=2, d=128, page_size=16, cfg=cfg)
+        ip, ix, ll = on_device(pool, table)
+        kernels, certs = ("v2", "v1"), (wc.CertConfig(tier="AB", num_layers=2, steps=4), None)
+    else:
+        pool, table = build(np.random.default_rng(31), lengths, backend="cuda", scheme=e4m3_like, page=16)
+        ip, ix, ll = (cp.asarray(np.array(a)) for a in table[:3])
+        kernels, certs = ("f16",), (wc.CertConfig(tier="A"), None)
+    q = cp.asarray((np.random.default_rng(4).standard_normal((len(lengths), 8, 128)) * 2).astype(np.float32))
+
+    def written(plans):  # what a step writes: o, lse and, when certified, log_a and tv_bound
+        return [a for p in plans for a in (lambda r: (r.o, r.lse, r.log_a, r.tv_bound))(p.result())
+                if a is not None]
+
+    def steps(pdl):
+        monkeypatch.setattr(_cuda, "PDL", pdl)
+        plans = [pool._dev.plan(q, 0, ip, ix, ll, 1 / math.sqrt(128), c, ns, stage1=k)
+                 for k in kernels for c in certs for ns in (None, 3)]
+        assert all(p._stage1.pdl == pdl and p.merge.pdl == pdl for p in plans)
+        for p in plans:
+            p.launch()
+        eager = [a.get() for a in written(plans)]
+        for a in written(plans):
+            a.fill(np.nan)
+        s = cp.cuda.Stream(non_blocking=True)
+        with s:
+            s.begin_capture()
+            for _ in range(2):
+                for p in plans:
+                    p.launch()
+            g = s.end_capture()
+            g.launch(s)
+            s.synchronize()
+        return eager + [a.get() for a in written(plans)]
+
+    runs = [_with_defines(monkeypatch, [defines], lambda: steps(pdl))[0]
+            for defines, pdl in (([], True), (["GD_STAGE1_EARLY=1", "GD_MERGE_EARLY=1"], True), ([], False))]
+    plain = runs[-1]
+    n = len(plain) // 2
+    for got in runs:
+        for i, a in enumerate(got):
+            assert np.array_equal(a, plain[i % n], equal_nan=True), i
+    assert np.all(np.isfinite(plain[0][0]))  # request 0's o: a real result, not a NaN sentinel
+
+
+def test_pdl_launch_from_a_thread_that_has_not_used_the_device():
+    """The PDL launcher calls the driver directly: from a new thread, where no CuPy call has yet made
+    the device's context current, a step still launches and gives the main thread's bits."""
+    import threading
+
+    cfg = wc.QuantConfig(128, witness_bands=16, seed=5, dither_bits=8)
+    _, (pool, table, _, _) = _pools(5, lengths=[900, 40], H=2, d=128, page_size=16, cfg=cfg)
+    ip, ix, ll = on_device(pool, table)
+    q = cp.asarray((np.random.default_rng(5).standard_normal((2, 8, 128))).astype(np.float32))
+    plan = pool._dev.plan(q, 0, ip, ix, ll, 1 / math.sqrt(128), wc.CertConfig(tier="B"), None)
+    assert plan._stage1.pdl and plan.merge.pdl
+    plan.launch()
+    want = [a.get() for a in (plan.o, plan.tv_bound)]
+    plan.o.fill(np.nan)
+    cp.cuda.Device().synchronize()
+    errors = []
+
+    def worker():
+        try:
+            plan.launch()
+            cp.cuda.Device().synchronize()
+        except Exception as e:  # (re-raised in the main thread below)
+            errors.append(e)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert not errors, errors
+    for a, w in zip((plan.o, plan.tv_bound), want):
+        assert np.array_equal(a.get(), w, equal_nan=True)
+
+
 def test_telemetry_on_device_without_host_sync():
     import cupyx
 

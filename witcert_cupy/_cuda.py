@@ -26,6 +26,7 @@ import numpy as np
 
 from . import _contract as C
 from . import certificate as cert_mod
+from ._launch import Launcher, pdl_supported
 from .arrays import check_float, check_int, check_shape, to_cupy
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
@@ -197,6 +198,17 @@ def merge_smem_bytes(ns, d, prefetch=None):
 # (False: the launch before session 13); the same bits either way (bench/decode_variants.py
 # MERGE_CERT_WARP=0 times the other)
 MERGE_CERT_WARP = True
+# a decode step's kernels (the stage-1 kernels and decode_merge, each of which calls griddep_enter
+# before its first global access: cuda/griddep.cuh) launch with programmatic dependent launch on
+# sm_90+ (witcert_cupy/_launch.py); the same bits either way (bench/decode_variants.py PDL=0 times
+# the plain launch)
+PDL = True
+
+
+def _pdl():
+    import cupy as cp
+
+    return PDL and pdl_supported(cp.cuda.Device().id)
 
 
 def bind_merge(o_part, lse_part, lam_part, cmax_part, o, lse, log_a, cmax, risk=None, tv_bound=None,
@@ -222,10 +234,7 @@ def bind_merge(o_part, lse_part, lam_part, cmax_part, o, lse, log_a, cmax, risk=
     # certifying, one more warp: its first thread certifies the cell while the others run the o loop
     block = min(d, 256) + (32 if risk is not None and MERGE_CERT_WARP else 0)
 
-    def launch():
-        merge((rows,), (block,), args, shared_mem=smem)
-
-    return launch
+    return Launcher(merge, (rows,), (block,), args, smem, pdl=_pdl())
 
 
 def _i32(v):
@@ -671,6 +680,7 @@ class DecodePlan:
         self.tv_bound = cp.empty((B, Hq), cp.float64)
         # the merge certifies each cell in the same launch when the step is certified
         cert_out = (self.risk, self.tv_bound) if cert is not None else (None, None)
+        self._stage1 = Launcher(self.stage1, self.grid1, (self.block1,), self.args1, self.smem1, pdl=_pdl())
         self.merge = bind_merge(self.o_part, self.lse_part, self.lam_part, self.cmax_part, self.o, self.lse,
                                 self.log_a, self.cmax, *cert_out)
 
@@ -679,7 +689,7 @@ class DecodePlan:
         B, Hq, d = self.shape
         if B == 0:
             return
-        self.stage1(self.grid1, (self.block1,), self.args1, shared_mem=self.smem1)
+        self._stage1()
         if self.cert is None or self.telemetry is None:
             self.merge()  # (and the certificate, when certified)
             return

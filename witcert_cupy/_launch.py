@@ -1,0 +1,151 @@
+"""Kernel launches with programmatic dependent launch (PDL) through the driver's ``cuLaunchKernelEx``.
+
+A decode step is two kernels (stage 1, then the merge), and a serving loop runs one step after
+another: each launch waits for the previous kernel's last CTA to finish before its own first CTA
+starts.  Launched with the programmatic-stream-serialization attribute (sm_90+), a kernel is
+scheduled as soon as every CTA of the previous kernel has signalled or exited
+(``cuda/griddep.cuh``), and its ``griddepcontrol.wait``, before any global access, then holds it
+until that kernel has completed with its writes visible.  The outputs are the same bits as with a
+plain launch (``tests/test_gpu.py::test_pdl_launch_gives_the_same_bits``); only the launch latency
+overlaps.
+
+CuPy's ``RawKernel`` launches through ``cuLaunchKernel``, which has no attributes, so this module
+calls ``cuLaunchKernelEx`` from ``libcuda`` with ``ctypes``.  The argument block is built once per
+launcher: a launch is one driver call.  Only kernels that call ``griddep_wait`` before their first
+global access may be launched with the attribute: the decode's stage-1 kernels and decode_merge
+(``_cuda.PDL``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import sys
+
+import numpy as np
+
+# cuda.h: CUlaunchAttributeID CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+_CUDA_ERROR_INVALID_CONTEXT = 201
+
+
+class _AttrValue(ctypes.Union):
+    # cuda.h CUlaunchAttributeValue: a 64-byte union (with pointer members: 8-byte aligned)
+    _fields_ = [("pad", ctypes.c_char * 64), ("align", ctypes.c_void_p), ("flag", ctypes.c_int)]
+
+
+class _Attr(ctypes.Structure):
+    # cuda.h CUlaunchAttribute: the id, padding to 8 bytes, the value
+    _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_char * 4), ("value", _AttrValue)]
+
+
+class _Config(ctypes.Structure):
+    # cuda.h CUlaunchConfig
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_Attr)), ("numAttrs", ctypes.c_uint)]
+
+
+# the ctypes type of each kernel-argument scalar (the launch layer passes every scalar as an
+# explicit NumPy type; a Python int or float has no C width and is refused)
+_SCALARS = {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.uint32): ctypes.c_uint32,
+            np.dtype(np.int64): ctypes.c_int64, np.dtype(np.uint64): ctypes.c_uint64,
+            np.dtype(np.float32): ctypes.c_float, np.dtype(np.float64): ctypes.c_double}
+
+
+@functools.lru_cache(maxsize=None)
+def _driver():
+    """``(cuLaunchKernelEx, cuGetErrorName)`` from the driver library CuPy already loaded, or None
+    where the driver has no ``cuLaunchKernelEx`` (before CUDA 12)."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        launch = lib.cuLaunchKernelEx
+    except (OSError, AttributeError):
+        return None
+    launch.restype = ctypes.c_int
+    launch.argtypes = [ctypes.POINTER(_Config), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+    name = lib.cuGetErrorName
+    name.restype = ctypes.c_int
+    name.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    return launch, name
+
+
+@functools.lru_cache(maxsize=None)
+def pdl_supported(device_id: int) -> bool:
+    """Whether device ``device_id`` takes programmatic dependent launches: compute capability 9.0
+    or newer and a driver with ``cuLaunchKernelEx``."""
+    import cupy as cp
+
+    return int(cp.cuda.Device(device_id).compute_capability) >= 90 and _driver() is not None
+
+
+def _c_arg(i, a):
+    """Argument ``i`` as the ctypes value whose address goes into the parameter block."""
+    if isinstance(a, np.generic) and a.dtype in _SCALARS:
+        return _SCALARS[a.dtype](a.item())
+    cp = sys.modules.get("cupy")  # (a cupy array exists only once cupy is imported)
+    if cp is not None and isinstance(a, cp.ndarray):
+        return ctypes.c_void_p(a.data.ptr)
+    raise TypeError(f"kernel argument {i}: expected a cupy.ndarray or a NumPy scalar of "
+                    f"{sorted(str(d) for d in _SCALARS)}, got {type(a).__name__}")
+
+
+class Launcher:
+    """A zero-argument callable that launches ``func`` (a CuPy ``RawKernel``) with ``args`` on the
+    current stream, with the programmatic-serialization attribute when ``pdl`` is true.
+
+    Parameters
+    ----------
+    func : cupy.RawKernel
+        The kernel; with ``pdl`` it must call ``griddep_wait`` before any global access.
+    grid, block : tuple of int
+        Up to three dimensions each.
+    args : tuple
+        The kernel's arguments: ``cupy.ndarray`` (passed as its device pointer; the launcher keeps
+        a reference) or NumPy scalars of the kernel's C types.
+    shared_mem : int
+        Dynamic shared memory in bytes (beyond 48 KB the caller opts the function in first).
+    pdl : bool
+        Launch with ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``; False gives CuPy's
+        own launch.
+    """
+
+    def __init__(self, func, grid, block, args, shared_mem=0, pdl=True):
+        grid, block = tuple(int(g) for g in grid), tuple(int(b) for b in block)
+        if not (1 <= len(grid) <= 3 and 1 <= len(block) <= 3) or min(grid + block) < 1:
+            raise ValueError(f"grid and block take 1 to 3 positive dimensions, got {grid} and {block}")
+        self.func, self.grid, self.block, self.args = func, grid, block, tuple(args)
+        self.shared_mem = int(shared_mem)
+        self.pdl = bool(pdl)
+        if not self.pdl:
+            return
+        self._values = [_c_arg(i, a) for i, a in enumerate(self.args)]  # the storage the pointers name
+        if _driver() is None:
+            raise RuntimeError("programmatic dependent launch needs cuLaunchKernelEx (CUDA 12 or newer driver)")
+        self._params = (ctypes.c_void_p * max(1, len(self._values)))(
+            *[ctypes.addressof(v) for v in self._values])
+        self._attr = _Attr(id=_PROGRAMMATIC_STREAM_SERIALIZATION)
+        self._attr.value.flag = 1
+        g, b = grid + (1,) * (3 - len(grid)), block + (1,) * (3 - len(block))
+        self._config = _Config(*g, *b, self.shared_mem, None, ctypes.pointer(self._attr), 1)
+
+    def __call__(self):
+        if not self.pdl:
+            self.func(self.grid, self.block, self.args, shared_mem=self.shared_mem)
+            return
+        import cupy as cp
+
+        launch, name = _driver()
+        self._config.hStream = cp.cuda.get_current_stream().ptr
+        err = launch(ctypes.byref(self._config), self.func.kernel.ptr, self._params, None)
+        if err == _CUDA_ERROR_INVALID_CONTEXT:
+            # a thread with no current context yet (CuPy's own launch would have bound the
+            # device's primary context through the runtime): bind it, and launch again
+            cp.cuda.runtime.setDevice(cp.cuda.Device().id)
+            err = launch(ctypes.byref(self._config), self.func.kernel.ptr, self._params, None)
+        if err:
+            s = ctypes.c_char_p()
+            name(err, ctypes.byref(s))
+            raise RuntimeError(f"cuLaunchKernelEx({self.func.name}) failed: "
+                               f"{(s.value or b'CUDA error %d' % err).decode()}")
