@@ -603,11 +603,6 @@ WC_D void certify_cell(float log_a, float lse, float cmax, double& risk, double&
 #define MG_PREFETCH 1
 #endif
 __host__ __device__ constexpr int merge_smem_floats(int ns) { return 3 * MG_PAD(ns) + 4; }
-// λ's sum over the splits in the same loop as lse's (two independent chains, each in split order, as
-// the twin), so that log A is known before the o loop (1), or after it (0, the order before session 13)
-#ifndef MG_LAMBDA_EARLY
-#define MG_LAMBDA_EARLY 1
-#endif
 
 extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const float* __restrict__ lse_part,
                                         const float* __restrict__ lam_part, const float* __restrict__ cmax_part,
@@ -679,20 +674,17 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
             if (lfin) lm_s[s] = lm_s[s] != -INFINITY ? expf(lm_s[s] - lmx) : 0.0f;
         }
         __syncthreads();
-        float tot = 0.0f, t2 = 0.0f;  // the same bits in every thread: split order, as the twin
+        // the same bits in every thread: split order, as the twin.  λ's sum runs in the same loop as
+        // lse's (two independent chains), so log A is known before the o loop (after it until
+        // session 13: run 93)
+        float tot = 0.0f, t2 = 0.0f;
         for (int s = 0; s < ns; ++s) {
             tot += ex_s[s];
-            if (MG_LAMBDA_EARLY && lfin) t2 += lm_s[s];
+            if (lfin) t2 += lm_s[s];
         }
         L = mx + logf(tot);
-        auto log_a_of = [&]() {
-            if (lmx == INFINITY) return INFINITY;
-            if (lmx == -INFINITY) return 0.0f;
-            if (!MG_LAMBDA_EARLY)
-                for (int s = 0; s < ns; ++s) t2 += lm_s[s];
-            return fmaxf(lmx + logf(t2) - L, 0.0f);  // A >= 1 exactly; below is fp32 rounding
-        };
-        if (MG_LAMBDA_EARLY) la = log_a_of();
+        // A >= 1 exactly; below 0 is fp32 rounding
+        la = lmx == INFINITY ? INFINITY : (lmx == -INFINITY ? 0.0f : fmaxf(lmx + logf(t2) - L, 0.0f));
         for (int s = tid; s < ns; s += nt) lp_s[s] = lp_s[s] != -INFINITY ? expf(lp_s[s] - L) : -1.0f;
         if (pref) cp_async_wait_all();  // this thread's copies; the barrier makes everyone's visible
         __syncthreads();
@@ -711,7 +703,6 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
             }
             o[r * D + c] = acc;
         }
-        if (!MG_LAMBDA_EARLY) la = log_a_of();
     }
     // the cell's statistics and certificate (double-precision expm1 and tanh): with more threads
     // than channels (the launch layer adds a warp when it certifies), the first thread without a

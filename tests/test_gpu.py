@@ -721,38 +721,36 @@ def _merge_cells(rng, rows, ns, d):
     return o_part, lse, lam, cmx
 
 
+def _merge_outputs(rows, d, certified):
+    """decode_merge's outputs for ``rows`` cells, filled with a sentinel: o, lse, log_a, cmax and,
+    when ``certified``, risk and tv_bound."""
+    res = (cp.full((rows, d), 7.0, cp.float32), *(cp.full(rows, 7.0, cp.float32) for _ in range(3)))
+    return res + ((cp.zeros(rows, cp.float64), cp.zeros(rows, cp.float64)) if certified else ())
+
+
 def _run_merge(o_part, lse, lam, cmx, prefetch):
     """decode_merge with the certificate over the partials: (o, lse, log_a, cmax, risk, tv_bound) on
     the host, from outputs filled with a sentinel first."""
-    rows, _, d = o_part.shape
-    res = (cp.full((rows, d), 7.0, cp.float32), *(cp.full(rows, 7.0, cp.float32) for _ in range(3)),
-           cp.zeros(rows, cp.float64), cp.zeros(rows, cp.float64))
+    res = _merge_outputs(o_part.shape[0], o_part.shape[2], True)
     _cuda.bind_merge(o_part, cp.asarray(lse), cp.asarray(lam), cp.asarray(cmx), *res, prefetch=prefetch)()
     return [a.get() for a in res]
 
 
 @pytest.mark.parametrize("ns,d", [(1, 128), (5, 64), (64, 128), (200, 128), (33, 256)])
-def test_merge_certifying_warp_and_early_lambda_give_the_same_bits(ns, d, monkeypatch):
-    """decode_merge forms log A's sum over the splits in the same loop as lse's (MG_LAMBDA_EARLY=1,
-    the default) and certifies each cell on an extra warp while the others run the o loop
+def test_merge_certifying_warp_gives_the_same_bits(ns, d, monkeypatch):
+    """decode_merge certifies each cell on an extra warp while the others run the o loop
     (_cuda.MERGE_CERT_WARP, the default): the same operations on the same values, so the same bits as
-    log A after the o loop and the certificate on thread 0 (the order before) — every combination,
-    with and without the prefetch, over normal cells, empty splits, an all-empty cell, a poisoned
-    split, an infinite λ and an uncertified (λ = −inf) cell."""
+    the certificate on thread 0 after its channel (the launch before session 13) — with and without
+    the prefetch, over normal cells, empty splits, an all-empty cell, a poisoned split, an infinite λ
+    and an uncertified (λ = −inf) cell."""
     o_part, lse, lam, cmx = _merge_cells(np.random.default_rng(ns + d), 7, ns, d)
     lam[4, ns - 1] = np.inf  # an infinite certificate in one split
     lam[5], cmx[5] = -np.inf, 0.0  # no certificate
-
-    def run():
-        got = []
-        for warp in (True, False):
-            monkeypatch.setattr(_cuda, "MERGE_CERT_WARP", warp)
-            got += [_run_merge(o_part, lse, lam, cmx, pf) for pf in (True, False)]
-        return got
-
-    out = [r for per_build in _with_defines(monkeypatch, [["MG_LAMBDA_EARLY=1"], ["MG_LAMBDA_EARLY=0"]], run)
-           for r in per_build]
-    assert len(out) == 8
+    out = []
+    for warp in (True, False):
+        monkeypatch.setattr(_cuda, "MERGE_CERT_WARP", warp)
+        out += [_run_merge(o_part, lse, lam, cmx, pf) for pf in (True, False)]
+    assert len(out) == 4
     for got in out[1:]:
         for a, b in zip(got, out[0]):
             assert np.array_equal(a, b, equal_nan=True)
@@ -788,7 +786,7 @@ def test_merge_opt_in_survives_a_rebuild_that_shares_the_function():
 
     def bound(parts):
         o_part, lse, lam, cmx = parts
-        res = (cp.zeros((4, 128), cp.float32), *(cp.zeros(4, cp.float32) for _ in range(3)))
+        res = _merge_outputs(4, 128, False)
         return _cuda.bind_merge(o_part, cp.asarray(lse), cp.asarray(lam), cp.asarray(cmx), *res), res
 
     launch_big, res_big = bound(big)
