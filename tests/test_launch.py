@@ -3,8 +3,10 @@ structures against cuda.h's layout as the host compiler lays it out, and its arg
 launches themselves run on the GPU (tests/test_gpu.py::test_pdl_launch_gives_the_same_bits)."""
 
 import ctypes
+import os
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -65,3 +67,25 @@ def test_scalars_reach_the_parameter_block_with_their_c_width():
     assert [ctypes.sizeof(g) for g in got] == [4, 4, 8, 8, 4, 8]
     for g, v in zip(got, vals):
         assert ctypes.string_at(ctypes.addressof(g), ctypes.sizeof(g)) == v.tobytes()
+
+
+def test_the_environment_switch():
+    """WITCERT_PDL: unset or "1" launches with PDL, "0" without; anything else is refused by name
+    (at import of the launch layer: a typo must not silently change how kernels launch)."""
+    assert _launch.pdl_enabled({}) and _launch.pdl_enabled({"WITCERT_PDL": "1"})
+    assert not _launch.pdl_enabled({"WITCERT_PDL": "0"})
+    for bad in ("", "yes", "true", " 1"):
+        with pytest.raises(ValueError, match="WITCERT_PDL"):
+            _launch.pdl_enabled({"WITCERT_PDL": bad})
+
+
+def test_the_launch_layer_reads_the_switch_at_import():
+    """witcert_cupy._cuda.PDL follows the environment of the process that imports it."""
+    code = "from witcert_cupy import _cuda; print(_cuda.PDL)"
+    for value, want in (("0", "False"), ("1", "True")):
+        env = dict(os.environ, WITCERT_PDL=value)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == want
+    env = dict(os.environ, WITCERT_PDL="on")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode != 0 and "WITCERT_PDL must be '0' or '1'" in out.stderr

@@ -26,7 +26,7 @@ import numpy as np
 
 from . import _contract as C
 from . import certificate as cert_mod
-from ._launch import Launcher, pdl_supported
+from ._launch import Launcher, pdl_enabled, pdl_supported
 from .arrays import check_float, check_int, check_shape, to_cupy
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
@@ -200,9 +200,9 @@ def merge_smem_bytes(ns, d, prefetch=None):
 MERGE_CERT_WARP = True
 # a decode step's kernels (the stage-1 kernels and decode_merge, each of which calls griddep_enter
 # before its first global access: cuda/griddep.cuh) launch with programmatic dependent launch on
-# sm_90+ (witcert_cupy/_launch.py); the same bits either way (bench/decode_variants.py PDL=0 times
-# the plain launch)
-PDL = True
+# sm_90+ (witcert_cupy/_launch.py) unless the environment sets WITCERT_PDL=0; the same bits either
+# way (bench/decode_variants.py PDL=0 times the plain launch)
+PDL = pdl_enabled()
 
 
 def _pdl():

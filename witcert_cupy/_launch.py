@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import sys
 
 import numpy as np
@@ -52,6 +53,16 @@ class _Config(ctypes.Structure):
 _SCALARS = {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.uint32): ctypes.c_uint32,
             np.dtype(np.int64): ctypes.c_int64, np.dtype(np.uint64): ctypes.c_uint64,
             np.dtype(np.float32): ctypes.c_float, np.dtype(np.float64): ctypes.c_double}
+
+
+def pdl_enabled(environ=None) -> bool:
+    """Whether programmatic dependent launch is wanted: the environment variable ``WITCERT_PDL``,
+    ``"1"`` (the default when unset) or ``"0"`` (plain launches; the same results either way, for a
+    driver or profiler that mishandles the attribute).  Any other value raises ValueError."""
+    value = (os.environ if environ is None else environ).get("WITCERT_PDL", "1")
+    if value not in ("0", "1"):
+        raise ValueError(f"WITCERT_PDL must be '0' or '1', got {value!r}")
+    return value == "1"
 
 
 @functools.lru_cache(maxsize=None)
