@@ -117,6 +117,12 @@ def parse_shapes(text):
     return tuple(tuple(int(x) for x in sh.split("/")) for sh in text.split(","))
 
 
+def cert_modes(fp16, uncertified_too):
+    """The certificate settings a side benchmark times: the fp16 store uncertified only; INT8
+    certified, and uncertified as well with ``--uncertified-too``."""
+    return (False,) if fp16 else ((True, False) if uncertified_too else (True,))
+
+
 def rotations(bytes_one, l2):
     return int(max(1, min(16, math.ceil(3 * l2 / max(bytes_one, 1)))))
 

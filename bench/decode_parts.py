@@ -49,7 +49,7 @@ def main():
     if args.splits:
         splits = tuple(int(x) for x in args.splits.split(","))
     bits = None if args.fp16 else 8
-    certs = (False,) if args.fp16 else ((True, False) if args.uncertified_too else (True,))
+    certs = bd.cert_modes(args.fp16, args.uncertified_too)
     for i, (B, hq, hkv, ctx) in enumerate(shapes):
         print(f"[parts] shape {i + 1}/{len(shapes)}: B={B} {hq}/{hkv} ctx={ctx}", file=sys.stderr, flush=True)
         sdpa_us = bd.sdpa_time(B, hq, hkv, ctx, l2, args.reps)

@@ -107,7 +107,7 @@ def main():
     for B, hq, hkv, ctx in shapes:
         case = bd.pool_case(args.fp16, B, hq, hkv, ctx, l2)
         bits, stage1 = (None, "f16") if args.fp16 else (8, "v2")
-        certs = (False,) if args.fp16 else ((True, False) if args.uncertified_too else (True,))
+        certs = bd.cert_modes(args.fp16, args.uncertified_too)
         # every variant built, checked and its bits compared first; then timed in turn, round after
         # round, SDPA first in each round: a drift of the clock over the run falls on all of them
         first, built = {}, []

@@ -605,15 +605,20 @@ def _with_defines(monkeypatch, defines, run):
     return out
 
 
+def _written(plan):
+    """What a decode plan's step writes, on the device: o, lse and, when certified, log_a and tv_bound."""
+    r = plan.result()
+    return [a for a in (r.o, r.lse, r.log_a, r.tv_bound) if a is not None]
+
+
 def _bits_with_defines(monkeypatch, defines, make_plans):
-    """Each plan's outputs (o, lse and, when certified, log_a and tv_bound, on the host) with the
-    kernels built with each entry of ``defines``: one list of arrays per entry (:func:`_with_defines`)."""
+    """Each plan's outputs (:func:`_written`, on the host) with the kernels built with each entry of
+    ``defines``: one list of arrays per entry (:func:`_with_defines`)."""
     def run():
         got = []
         for plan in make_plans():
             plan.launch()
-            r = plan.result()
-            got += [a.get() for a in (r.o, r.lse, r.log_a, r.tv_bound) if a is not None]
+            got += [a.get() for a in _written(plan)]
         return got
 
     return _with_defines(monkeypatch, defines, run)
@@ -830,9 +835,8 @@ def test_pdl_launch_gives_the_same_bits(store, monkeypatch):
         kernels, certs = ("f16",), (wc.CertConfig(tier="A"), None)
     q = cp.asarray((np.random.default_rng(4).standard_normal((len(lengths), 8, 128)) * 2).astype(np.float32))
 
-    def written(plans):  # what a step writes: o, lse and, when certified, log_a and tv_bound
-        return [a for p in plans for a in (lambda r: (r.o, r.lse, r.log_a, r.tv_bound))(p.result())
-                if a is not None]
+    def written(plans):
+        return [a for p in plans for a in _written(p)]
 
     def steps(pdl):
         monkeypatch.setattr(_cuda, "PDL", pdl)
