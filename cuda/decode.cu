@@ -604,6 +604,14 @@ WC_D void certify_cell(float log_a, float lse, float cmax, double& risk, double&
 #endif
 __host__ __device__ constexpr int merge_smem_floats(int ns) { return 3 * MG_PAD(ns) + 4; }
 
+// acc + w·v for a split of weight w ≥ 0, acc for an empty split (w = −1), whose row is never
+// multiplied (SPEC §6: no 0·inf).  The selects are on the operands, off the chain through acc:
+// fma(+0, −0, acc) = acc + (−0), which is acc bit for bit (−0 included), as selecting acc was.
+WC_D float merge_term(float acc, float w, float v) {
+    const bool live = w >= 0.0f;
+    return fmaf(live ? w : 0.0f, live ? v : -0.0f, acc);
+}
+
 extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const float* __restrict__ lse_part,
                                         const float* __restrict__ lam_part, const float* __restrict__ cmax_part,
                                         int ns, int D, float* __restrict__ o, float* __restrict__ lse,
@@ -620,6 +628,14 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
     const int tid = threadIdx.x, nt = blockDim.x;
     const bool pref = MG_PREFETCH && pf != 0;
     griddep_enter(GD_MERGE_EARLY);  // before the first global access (griddep.cuh)
+    // the thread's first split's statistics are requested before the row copies are issued, so
+    // that round trip is not queued behind them (run 123: the copies' issue delayed it ≈ 0.4 µs)
+    float v0 = 0.0f, lv0 = 0.0f, cv0 = 0.0f;
+    if (tid < ns) {
+        v0 = lse_part[r * ns + tid];
+        lv0 = lam_part[r * ns + tid];
+        cv0 = cmax_part[r * ns + tid];
+    }
     if (pref) {
         const float* src = o_part + r * ns * D;
         for (int i = tid; i < ns * D / 4; i += nt) cp_async16(ob_s + 4 * i, src + 4 * i);
@@ -629,13 +645,14 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
     float mx = -INFINITY, lmx = -INFINITY, cm = 0.0f;
     bool bad = false;
     for (int s = tid; s < ns; s += nt) {
-        const float v = lse_part[r * ns + s], lv = lam_part[r * ns + s];
+        const bool first = s == tid;
+        const float v = first ? v0 : lse_part[r * ns + s], lv = first ? lv0 : lam_part[r * ns + s];
         lp_s[s] = v;
         lm_s[s] = lv;
         if (v != v) bad = true;
         else mx = fmaxf(mx, v);
         lmx = fmaxf(lmx, lv);
-        cm = fmaxf(cm, cmax_part[r * ns + s]);
+        cm = fmaxf(cm, first ? cv0 : cmax_part[r * ns + s]);
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
@@ -676,11 +693,18 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
         __syncthreads();
         // the same bits in every thread: split order, as the twin.  λ's sum runs in the same loop as
         // lse's (two independent chains), so log A is known before the o loop (after it until
-        // session 13: run 93)
+        // session 13: run 93).  Two loops rather than a test of lfin per split, whose branches kept
+        // the loads from being issued ahead
         float tot = 0.0f, t2 = 0.0f;
-        for (int s = 0; s < ns; ++s) {
-            tot += ex_s[s];
-            if (lfin) t2 += lm_s[s];
+        if (lfin) {
+#pragma unroll 16
+            for (int s = 0; s < ns; ++s) {
+                tot += ex_s[s];
+                t2 += lm_s[s];
+            }
+        } else {
+#pragma unroll 16
+            for (int s = 0; s < ns; ++s) tot += ex_s[s];
         }
         L = mx + logf(tot);
         // A >= 1 exactly; below 0 is fp32 rounding
@@ -688,19 +712,34 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
         for (int s = tid; s < ns; s += nt) lp_s[s] = lp_s[s] != -INFINITY ? expf(lp_s[s] - L) : -1.0f;
         if (pref) cp_async_wait_all();  // this thread's copies; the barrier makes everyone's visible
         __syncthreads();
+        griddep_late(GD_MERGE_EARLY);
+        // o: one loop per source of the rows, whole batches of MG_BATCH unguarded loads, then the
+        // remainder (run 123: with the source and the bound tested per load, the loads were issued
+        // one at a time behind branches, ≈ 85 cycles per split)
+        const int nfull = ns - ns % MG_BATCH;
         for (int c = tid; c < D; c += nt) {
             float acc = 0.0f;
-            for (int s0 = 0; s0 < ns; s0 += MG_BATCH) {  // MG_BATCH loads in flight, then their sum
-                float v[MG_BATCH];
+            if (pref) {
+                const float* src = ob_s + c;
+                for (int s0 = 0; s0 < nfull; s0 += MG_BATCH) {
+                    float v[MG_BATCH];
 #pragma unroll
-                for (int i = 0; i < MG_BATCH; ++i)
-                    v[i] = s0 + i >= ns ? 0.0f : (pref ? ob_s[(s0 + i) * D + c] : o_part[(r * ns + s0 + i) * D + c]);
+                    for (int i = 0; i < MG_BATCH; ++i) v[i] = src[(s0 + i) * D];
 #pragma unroll
-                for (int i = 0; i < MG_BATCH; ++i) {
-                    const float w = s0 + i < ns ? lp_s[s0 + i] : -1.0f;
-                    acc = w >= 0.0f ? acc + w * v[i] : acc;
+                    for (int i = 0; i < MG_BATCH; ++i) acc = merge_term(acc, lp_s[s0 + i], v[i]);
+                }
+            } else {
+                const float* src = o_part + r * ns * D + c;
+                for (int s0 = 0; s0 < nfull; s0 += MG_BATCH) {
+                    float v[MG_BATCH];
+#pragma unroll
+                    for (int i = 0; i < MG_BATCH; ++i) v[i] = src[(i64)(s0 + i) * D];
+#pragma unroll
+                    for (int i = 0; i < MG_BATCH; ++i) acc = merge_term(acc, lp_s[s0 + i], v[i]);
                 }
             }
+            for (int s = nfull; s < ns; ++s)
+                acc = merge_term(acc, lp_s[s], pref ? ob_s[s * D + c] : o_part[(r * ns + s) * D + c]);
             o[r * D + c] = acc;
         }
     }

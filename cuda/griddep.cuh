@@ -32,18 +32,31 @@ WC_D void griddep_launch_dependents() {
 #endif
 }
 
-// at a kernel's start: wait, then signal now (early) or leave the signal to the CTA's exit
-WC_D void griddep_enter(bool early) {
+// where a kernel signals: GD_AT_EXIT (no explicit signal), GD_AT_START, or GD_AT_LATE, a point
+// near its end that the kernel names (griddep_late)
+#define GD_AT_EXIT 0
+#define GD_AT_START 1
+#define GD_AT_LATE 2
+
+// at a kernel's start: wait, then signal now (GD_AT_START) or later
+WC_D void griddep_enter(int at) {
     griddep_wait();
-    if (early) griddep_launch_dependents();
+    if (at == GD_AT_START) griddep_launch_dependents();
+}
+
+// at the kernel's late point: signal there (GD_AT_LATE)
+WC_D void griddep_late(int at) {
+    if (at == GD_AT_LATE) griddep_launch_dependents();
 }
 #endif
 
-// whether the stage-1 kernels and decode_merge signal at their start (bench/decode_variants.py
-// GD_STAGE1_EARLY=1 and GD_MERGE_EARLY=1 time them; the measurements above)
+// where the stage-1 kernels and decode_merge signal (bench/decode_variants.py GD_STAGE1_EARLY=1
+// and GD_MERGE_EARLY=1 time the start, =2 the late points; the measurements above).  The late
+// points: decode_stage1_v2 after its tile loop, decode_merge before its o loop; decode_stage1 and
+// decode_stage1_f16 have none (2 signals at their exit)
 #ifndef GD_STAGE1_EARLY
-#define GD_STAGE1_EARLY 0
+#define GD_STAGE1_EARLY GD_AT_EXIT
 #endif
 #ifndef GD_MERGE_EARLY
-#define GD_MERGE_EARLY 0
+#define GD_MERGE_EARLY GD_AT_EXIT
 #endif

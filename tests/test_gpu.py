@@ -780,6 +780,27 @@ def test_merge_prefetch_gives_the_same_bits(ns, d):
     assert np.all(np.isnan(o[3])) and np.all(o[2] == 0) and np.all(np.isfinite(o[[0, 1, 4, 5]]))
 
 
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_merge_empty_splits_keep_a_negative_zero_sum(prefetch):
+    """An empty split adds nothing to o, not even a zero of another sign: decode_merge selects its
+    operands, not the sum (fma(+0, −0, acc) is acc bit for bit), so a channel whose sum is −0 — a
+    negative product below fp32's range — stays −0 through the empty splits that follow, in the
+    whole batches of the o loop and in its remainder (ns = 9).  Adding fma(0, 0, acc) instead
+    would turn it into +0."""
+    ns, d = 9, 128
+    o_part = np.zeros((1, ns, d), np.float32)
+    lse = np.full((1, ns), -np.inf, np.float32)
+    lse[0, 0] = 0.0  # weight ≈ 1 on a zero row: the sum is +0
+    lse[0, 1] = np.float32(-100 * np.log(2))  # weight ≈ 2^-100 ...
+    o_part[0, 1, ::2] = -(2.0 ** -100)  # ... times −2^-100: −2^-200 rounds to −0
+    o_part[0, 1, 1::2] = 2.0 ** -100  # (+0 in the odd channels)
+    o_part[0, 2:] = np.nan  # the empty splits' rows are never multiplied
+    out = _run_merge(cp.asarray(o_part), lse, lse.copy(), np.zeros((1, ns), np.float32), prefetch)
+    o = out[0][0]
+    assert np.all(o == 0.0)
+    assert np.all(np.signbit(o[::2])) and not np.any(np.signbit(o[1::2]))
+
+
 def test_merge_opt_in_survives_a_rebuild_that_shares_the_function():
     """A merge bound with more than 48 KB of shared memory still launches after a rebuild (the same
     source and options: CuPy hands back the same CUDA function under a new kernel object) and a
