@@ -45,14 +45,17 @@
 // chunks (one Philox call each) unrolled per K row and per V row: the Philox chains of an unrolled
 // pair interleave (ILP), at a register cost.  Measured (run 38, bench/decode_variants.py): two per
 // K row 1–2% faster at G = 4, one at G = 7 (where two also spill at 168 registers).  16-bit
-// dither at G = 5–7 (two Philox calls per chunk) takes one per row on both sides: NVRTC 13.0
-// spills 4–8 bytes at 168 registers otherwise.  The macros override the defaults for
+// dither at G = 5–7 (two Philox calls per chunk) takes one per K row: NVRTC 13.0 spills 4–8 bytes
+// at 168 registers otherwise.  One per V row (two until session 17): the same bits, 0.4–1.1%
+// faster at every 8-bit shape of run 127 (B = 1 to 32, G = 4 and 7; 2.3% at B = 1, 28/4, 4k,
+// where the smaller loop body also means fewer instruction-cache misses); two at G = 4, 24 bits,
+// where one spills 4 bytes under nvcc 13.0.  The macros override the defaults for
 // bench/decode_variants.py.
 #ifndef V2_KUNROLL
 #define V2_KUNROLL ((G <= 6 && !(BITS == 16 && G >= 5)) ? 2 : 1)
 #endif
 #ifndef V2_VUNROLL
-#define V2_VUNROLL ((BITS == 16 && G >= 5) ? 1 : 2)
+#define V2_VUNROLL ((G == 4 && BITS == 24) ? 2 : 1)
 #endif
 // INT8 dot products blocked by 16-channel chunk up to G = 6 (run 48: the error of v2's logits
 // fell to the general kernel's, at no cost at G = 4; at G = 7 it cost 4–5%, so one chain there)

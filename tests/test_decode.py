@@ -197,12 +197,14 @@ def test_gpu_default_split_count_fills_one_wave_of_resident_ctas():
     def v2_splits(batch, hkv, tokens, ctas=6, sms=132, pages=1 << 20):
         return _cuda._DeviceBase.v2_num_splits(device(hkv, sms, pages), batch, ctas, tokens)
 
-    # the INT8 kernel's rule (runs 98–102): the 64-split rule, or where 64 splits leave most of one
-    # wave empty, up to 128 within one wave: 4 CTAs per SM (in steps of 64 splits) for splits of at
-    # least 128 tokens, the whole wave for splits of at least 512
+    # the INT8 kernel's rule (runs 98–102, 127): the 64-split rule, or where 64 splits leave most of
+    # one wave empty, up to 128 within one wave: 4 CTAs per SM (in steps of 64 splits) for splits of
+    # at least one 32-token tile, the whole wave for splits of at least 512 tokens
     assert v2_splits(1, 4, 32768) == 128 and v2_splits(1, 4, 131072) == 128 and v2_splits(1, 2, 32768) == 128
-    assert v2_splits(1, 4, 16384) == 128 and v2_splits(1, 4, 12800) == 100  # 128 tokens each
-    assert v2_splits(1, 4, 8192) == 64 and v2_splits(1, 4, 4096) == 64 and v2_splits(1, 4, 1024) == 64
+    assert v2_splits(1, 4, 16384) == 128 and v2_splits(1, 4, 12800) == 128
+    assert v2_splits(1, 4, 8192) == 128 and v2_splits(1, 4, 4096) == 128 and v2_splits(1, 2, 4096) == 128
+    assert v2_splits(1, 4, 3200) == 100 and v2_splits(1, 4, 1024) == 64  # 32 tokens each; never below 64
+    assert v2_splits(2, 4, 4096) == 64  # 512 CTAs at 64 splits: already 4 per SM
     assert v2_splits(1, 8, 16384) == 64 and v2_splits(1, 8, 32768) == 64  # 528 // 8 = 66: steps of 64
     assert v2_splits(1, 5, 32768) == 64 and v2_splits(1, 3, 32768) == 128  # 105 → 64, 176 → 128
     assert v2_splits(1, 8, 131072) == 99 and v2_splits(2, 4, 131072) == 99  # the whole wave: 792 // 8

@@ -124,10 +124,13 @@ def kernel(filename: str, name: str, template: str | None = None, extra_options:
 # whose 64 splits already make 4 CTAs per SM: the whole wave (96–99 splits) against 64 took 51.0
 # against 46.8 µs at 16k, 77.6 against 78.8 at 32k, 132.6 against 142.3 at 64k, 251.5 against 271.5 at
 # 128k (batch 2, 28/4, 128k: 323.8 against 346.7); two waves (112–128 splits) were 10–35% slower, 66
-# splits 1% slower than 64.
+# splits 1% slower than 64.  Splits of one 32-token tile count since session 17 (V2_MIN_TOKENS was
+# 128): with the step's set-up, epilogue and merge shortened, 128 splits against 64 took (run 127)
+# 16.3 against 17.6 µs at 28/4 4k, 21.8 against 24.9 at 8k, 15.3 against 17.8 at 16/2 4k, 19.5
+# against 25.6 at 16/2 8k; batch 2 (512 CTAs at 64 splits) keeps 64, where 128 took 26.8 against 20.8.
 V2_MAX_SPLITS = 128
 V2_GRID_CAP = 4
-V2_MIN_TOKENS = 128
+V2_MIN_TOKENS = 32
 V2_WAVE_MIN_TOKENS = 512
 
 # threads per CTA of decode_stage1_v2: cuda/decode_v2.cu's V2_THREADS (tests/test_cuda_compile.py
