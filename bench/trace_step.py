@@ -12,7 +12,9 @@ the first, median and last), and each CTA's phases in cycles (median over CTAs).
     PYTHONPATH=. python3 bench/trace_step.py [--shapes 1/28/4/4096,...] [--splits 0,128] [--defines GD_STAGE1_EARLY=2]
 
 Writes ``trace-step-<date>.json`` (rows: shape, num_splits, kernel, who, point, ns_first, ns_median,
-ns_last, cycles_median).
+ns_last, cycles_median).  The patch's hunks carry the kernels' own lines as context: after a change
+to cuda/decode.cu or cuda/decode_v2.cu, make it again against the new sources (the stamps are the
+``TR(k)`` lines and cuda/trace.cuh); tests/test_cuda_compile.py checks that it applies and compiles.
 """
 
 from __future__ import annotations

@@ -212,3 +212,24 @@ def test_merge_shared_memory_formula_is_the_kernel_s():
     assert _cuda.merge_smem_bytes(8, 6) == (4 * _cuda.merge_smem_floats(8), False)  # d % 4 != 0
     assert _cuda.merge_smem_bytes(4096, 128, prefetch=False) == (4 * 12292, False)
 
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_trace_patch_applies_and_compiles(tmp_path):
+    """bench/variants/trace-step.patch (bench/trace_step.py's timestamps) applies to the shipped
+    kernels and the patched stage 1 and merge compile, every stamp a %globaltimer read: the tool
+    must follow the kernels it measures."""
+    shutil.copytree(_cuda.kernel_dir(), tmp_path / "cuda")
+    patch = Path(__file__).resolve().parents[1] / "bench" / "variants" / "trace-step.patch"
+    out = subprocess.run(["git", "apply", str(patch)], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    src = tmp_path / "cuda"
+    (tmp_path / "v2.cu").write_text('#include "decode_v2.cu"\nWC_V2_INST1(7, 8)\n')
+    for name in (src / "decode.cu", tmp_path / "v2.cu"):
+        cmd = [NVCC, "--ptx", "-arch=sm_90", "-ftz=true", *_cuda.options(), "-I", str(src), str(name), "-o",
+               str(tmp_path / "k.ptx")]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stdout + out.stderr
+        ptx = (tmp_path / "k.ptx").read_text()
+        assert ".global .align 8 .b8 wc_tr_gt" in ptx
+        assert ptx.count("%globaltimer") >= 9  # the merge's 9 points, stage 1's 17
