@@ -486,6 +486,43 @@ def test_gpu_errors_name_the_argument():
                                                    kv_last_page_len=ll).lse.get()[0, 0]))
 
 
+def _mid_vector(a):
+    """A contiguous float32 copy of ``a`` that starts 4 bytes past a 16-byte boundary (a view into a
+    larger buffer, as a caller's slice would be)."""
+    buf = cp.zeros(a.size + 4, cp.float32)
+    buf[1:1 + a.size] = cp.asarray(a, dtype=cp.float32).ravel()
+    view = buf[1:1 + a.size].reshape(a.shape)
+    assert view.flags.c_contiguous and view.data.ptr % 16 == 4
+    return view
+
+
+@pytest.mark.parametrize("store", ["int8", "fp16"])
+def test_query_starting_mid_vector_gives_the_same_bits(store):
+    """A query view that starts 4 bytes past a 16-byte boundary: the fp16-store kernel loads the
+    query 16 bytes at a time, which would fault on it; the launch layer copies such a query
+    (launch_query) and the step gives the same bits as from an aligned one.  An aligned query is
+    still read in place by a plan."""
+    if store == "fp16":
+        from test_fp16pool import build
+
+        pool, table = build(np.random.default_rng(21), [300, 40], backend="cuda")
+    else:
+        pool, table, _, _ = filled_pool(np.random.default_rng(21), lengths=[300, 40], backend="cuda")
+    ip, ix, ll = on_device(pool, table)
+    q = cp.asarray(np.random.default_rng(22).standard_normal((2, 8, 128)).astype(np.float32))
+    cert = wc.CertConfig(tier="A" if store == "fp16" else "B")
+    want = wc.decode_attention(q, pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll, cert=cert)
+    got = wc.decode_attention(_mid_vector(q), pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll,
+                              cert=cert)
+    for a, b in ((want.o, got.o), (want.lse, got.lse), (want.tv_bound, got.tv_bound)):
+        assert np.array_equal(a.get(), b.get())
+    plan = wc.decode_plan(q, pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll, cert=cert)
+    assert plan.q.data.ptr == q.data.ptr  # in place
+    mis = _mid_vector(q)
+    plan = wc.decode_plan(mis, pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll, cert=cert)
+    assert plan.q.data.ptr != mis.data.ptr and plan.q.data.ptr % 16 == 0
+
+
 # ---------------------------------------------------------------- fp16 store (black boxes, fp16 baseline)
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -240,6 +240,17 @@ def bind_merge(o_part, lse_part, lam_part, cmax_part, o, lse, log_a, cmax, risk=
     return Launcher(merge, (rows,), (block,), args, smem, pdl=_pdl())
 
 
+def launch_query(q):
+    """The query as the kernels read it: ``q`` itself when it is C-contiguous float32 starting on a
+    16-byte boundary (a plan then reads it in place at every launch), else a contiguous copy.  The
+    fp16-store decode and the extend kernel load the query 16 bytes at a time, and a view that
+    starts mid-vector (``buf[1:]``) would fault there; CuPy's allocations are 256-byte aligned."""
+    import cupy as cp
+
+    a = cp.ascontiguousarray(q, dtype=cp.float32)
+    return a.copy() if a.data.ptr % 16 else a
+
+
 def _i32(v):
     return np.int32(v)
 
@@ -577,8 +588,8 @@ class DecodePlan:
     """One decode step on the GPU with every buffer allocated up front: :meth:`launch` only launches
     kernels (stage 1, the merge with the certificate, and telemetry), so it can be timed with events or
     captured in a CUDA graph.  It reads ``q`` and the page table from the arrays it was given when
-    they are already contiguous of the launch dtype (float32, int32): refill those in place between
-    launches or replays."""
+    they are already contiguous of the launch dtype (float32, int32; ``q`` starting on a 16-byte
+    boundary, :func:`launch_query`): refill those in place between launches or replays."""
 
     def __init__(self, dev, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, ns, unroll=0,
                  max_pages=0, telemetry=None, stage1="auto"):
@@ -590,7 +601,7 @@ class DecodePlan:
         self._tel_done = None  # (event, recorded under capture) of this plan's last telemetry launch
         B, Hq, d = q.shape
         self.shape = (B, Hq, d)
-        self.q = cp.ascontiguousarray(q, dtype=cp.float32)
+        self.q = launch_query(q)
         self.ip = cp.ascontiguousarray(kv_indptr, dtype=cp.int32)
         self.ix = cp.ascontiguousarray(kv_indices, dtype=cp.int32)
         self.ll = cp.ascontiguousarray(kv_last_page_len, dtype=cp.int32)

@@ -15,7 +15,7 @@ import re
 import numpy as np
 
 from . import certificate as cert_mod
-from ._cuda import _i32, bind_merge, kernel, kernel_dir
+from ._cuda import _i32, bind_merge, kernel, kernel_dir, launch_query
 
 def _source_define(name: str, src: str | None = None, default: int | None = None) -> int:
     """The number of ``#define NAME N`` in the extend kernel's source, or in ``src`` (another
@@ -118,7 +118,7 @@ class ExtendPlan:
         self.num_tiles = len(req)
         ns = num_splits or default_num_splits(self.num_tiles, p.num_kv_heads, dev.num_sms, max_pages)
         self.dev, self.cert, self.ns, self.shape = dev, cert, int(ns), (n, Hq, d)
-        self.q = cp.ascontiguousarray(q, dtype=cp.float32)
+        self.q = launch_query(q)
         self.qo = cp.asarray(qo_host, dtype=cp.int32)
         self.tile_req = cp.asarray(np.array(req, np.int32))
         self.tile_q0 = cp.asarray(np.array(q0, np.int32))
