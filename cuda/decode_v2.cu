@@ -537,10 +537,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     // (every head's butterfly one level at a time, so the heads' shuffles overlap: the same sums
     // and maxima as warp_sum and warp_max per head; run 124: head after head took 1.1–1.6 µs at B = 1)
     if (side == 0) {  // the softmax statistics
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-            for (int g = 0; g < G; ++g) l[g] += __shfl_xor_sync(0xffffffffu, l[g], off);
+        warp_sums<G>(l);
         if (lane == 0)
 #pragma unroll
             for (int g = 0; g < G; ++g) {
