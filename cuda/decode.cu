@@ -591,7 +591,8 @@ WC_D void certify_cell(float log_a, float lse, float cmax, double& risk, double&
 // o_part loads issued before their sum, per thread.  Batches of 32 were predicted to save the
 // L2 round trips of run 44's ≈ 0.13 µs per split at B = 1, but measured slower than 8 (run 51,
 // bench/decode_variants.py: 33.8 vs 27.3 µs per step at B = 1, 4k; 93.7 vs 87.2 at 32k); 4 and
-// 16 came within 1.6 µs of 8 either way (run 53)
+// 16 came within 1.6 µs of 8 either way (run 53), and within 0.2 µs once the batches' loads were
+// unguarded (run 128)
 #ifndef MG_BATCH
 #define MG_BATCH 8
 #endif

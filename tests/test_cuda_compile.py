@@ -213,7 +213,6 @@ def test_merge_shared_memory_formula_is_the_kernel_s():
     assert _cuda.merge_smem_bytes(4096, 128, prefetch=False) == (4 * 12292, False)
 
 
-
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_trace_patch_applies_and_compiles(tmp_path):
     """bench/variants/trace-step.patch (bench/trace_step.py's timestamps) applies to the shipped

@@ -32,8 +32,8 @@ def decode_plan(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, sm_s
     Arguments as for :func:`~witcert_cupy.decode_attention`.  ``q`` (float32), ``kv_indptr``,
     ``kv_indices`` and ``kv_last_page_len`` (int32), when given contiguous in those dtypes (``q``
     starting on a 16-byte boundary, as every CuPy or torch allocation does), are read in place at
-    every launch, so they can be refilled between replays; otherwise the plan keeps a copy.  ``num_splits`` is fixed
-    when the plan is made.
+    every launch, so they can be refilled between replays; otherwise the plan keeps a copy.
+    ``num_splits`` is fixed when the plan is made.
     """
     from .decode import _check_common
     from .telemetry import check_telemetry
