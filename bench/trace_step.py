@@ -101,7 +101,7 @@ def one_shape(case, ns, reps):
             samples.append(tuple(a.get() for a in (*s1, *mg)))
     rows = []
     per_rep = []
-    for (gt1, ck1, sm1, gt2, ck2, sm2) in samples:
+    for (gt1, ck1, _, gt2, ck2, _) in samples:
         gt1, ck1, gt2, ck2 = gt1[:n1], ck1[:n1], gt2[:n2], ck2[:n2]
         t0 = int(gt1[:, 0, 0].min())
         rec = {}
@@ -117,7 +117,7 @@ def one_shape(case, ns, reps):
                     cyc = (ck[ok, w, k] - ck[ok, w, 0]).astype(np.float64)
                     rec[(kname, w, k)] = (rel.min(), float(np.median(rel)), rel.max(), float(np.median(cyc)))
         per_rep.append(rec)
-        ctas_per_sm = np.bincount(sm1[:n1], minlength=132)
+    ctas_per_sm = np.bincount(samples[-1][2][:n1], minlength=p.dev.num_sms)
     keys = sorted(set().union(*per_rep), key=lambda k: (k[0] != "stage1", k[1], k[2]))
     print(f"B={case.B} {case.hq}/{case.hkv} ctx={case.ctx}: {p.ns} splits, stage 1 grid {p.grid1} "
           f"(CTAs per SM in the last replay: {np.bincount(ctas_per_sm).tolist()} SMs with 0, 1, 2, ...), "

@@ -613,6 +613,22 @@ WC_D float merge_term(float acc, float w, float v) {
     return fmaf(live ? w : 0.0f, live ? v : -0.0f, acc);
 }
 
+// Σ w_s·v_s over the whole batches [0, nfull) of one channel's rows (src[s·stride]), MG_BATCH
+// unguarded loads, then their terms in split order.  Inlined once for the rows in shared memory
+// and once for those in global memory (an i64 stride), each call's loads stay in their own space.
+template <typename Stride>
+WC_D float merge_batches(const float* src, Stride stride, int nfull, const float* w) {
+    float acc = 0.0f;
+    for (int s0 = 0; s0 < nfull; s0 += MG_BATCH) {
+        float v[MG_BATCH];
+#pragma unroll
+        for (int i = 0; i < MG_BATCH; ++i) v[i] = src[(s0 + i) * stride];
+#pragma unroll
+        for (int i = 0; i < MG_BATCH; ++i) acc = merge_term(acc, w[s0 + i], v[i]);
+    }
+    return acc;
+}
+
 extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const float* __restrict__ lse_part,
                                         const float* __restrict__ lam_part, const float* __restrict__ cmax_part,
                                         int ns, int D, float* __restrict__ o, float* __restrict__ lse,
@@ -719,26 +735,8 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
         // one at a time behind branches, ≈ 85 cycles per split)
         const int nfull = ns - ns % MG_BATCH;
         for (int c = tid; c < D; c += nt) {
-            float acc = 0.0f;
-            if (pref) {
-                const float* src = ob_s + c;
-                for (int s0 = 0; s0 < nfull; s0 += MG_BATCH) {
-                    float v[MG_BATCH];
-#pragma unroll
-                    for (int i = 0; i < MG_BATCH; ++i) v[i] = src[(s0 + i) * D];
-#pragma unroll
-                    for (int i = 0; i < MG_BATCH; ++i) acc = merge_term(acc, lp_s[s0 + i], v[i]);
-                }
-            } else {
-                const float* src = o_part + r * ns * D + c;
-                for (int s0 = 0; s0 < nfull; s0 += MG_BATCH) {
-                    float v[MG_BATCH];
-#pragma unroll
-                    for (int i = 0; i < MG_BATCH; ++i) v[i] = src[(i64)(s0 + i) * D];
-#pragma unroll
-                    for (int i = 0; i < MG_BATCH; ++i) acc = merge_term(acc, lp_s[s0 + i], v[i]);
-                }
-            }
+            float acc = pref ? merge_batches(ob_s + c, D, nfull, lp_s)
+                             : merge_batches(o_part + r * ns * D + c, (i64)D, nfull, lp_s);
             for (int s = nfull; s < ns; ++s)
                 acc = merge_term(acc, lp_s[s], pref ? ob_s[s * D + c] : o_part[(r * ns + s) * D + c]);
             o[r * D + c] = acc;

@@ -108,3 +108,15 @@ def overflowing_query_group_case(backend, H=2, G=4, d=128, lengths=(40, 300), pa
     q = rng.standard_normal((len(lengths), H * G, d)).astype(np.float32)
     q[:, :, :32] = 2e19
     return pool, (indptr, indices, last, slots), q
+
+
+def mid_vector(a):
+    """A contiguous float32 CuPy copy of ``a`` that starts 4 bytes past a 16-byte boundary (a view
+    into a larger buffer, as a caller's slice would be)."""
+    import cupy as cp
+
+    buf = cp.zeros(a.size + 4, cp.float32)
+    buf[1:1 + a.size] = cp.asarray(a, dtype=cp.float32).ravel()
+    view = buf[1:1 + a.size].reshape(a.shape)
+    assert view.flags.c_contiguous and view.data.ptr % 16 == 4
+    return view

@@ -14,7 +14,7 @@ import witcert_cupy as wc
 from witcert_cupy import _contract as C
 from witcert_cupy import _cuda
 from witcert_cupy import reference
-from helpers import filled_pool, on_device, overflowing_query_group_case, page_table, random_rows
+from helpers import filled_pool, mid_vector, on_device, overflowing_query_group_case, page_table, random_rows
 
 cp = pytest.importorskip("cupy")
 pytestmark = pytest.mark.gpu
@@ -486,16 +486,6 @@ def test_gpu_errors_name_the_argument():
                                                    kv_last_page_len=ll).lse.get()[0, 0]))
 
 
-def _mid_vector(a):
-    """A contiguous float32 copy of ``a`` that starts 4 bytes past a 16-byte boundary (a view into a
-    larger buffer, as a caller's slice would be)."""
-    buf = cp.zeros(a.size + 4, cp.float32)
-    buf[1:1 + a.size] = cp.asarray(a, dtype=cp.float32).ravel()
-    view = buf[1:1 + a.size].reshape(a.shape)
-    assert view.flags.c_contiguous and view.data.ptr % 16 == 4
-    return view
-
-
 @pytest.mark.parametrize("store", ["int8", "fp16"])
 def test_query_starting_mid_vector_gives_the_same_bits(store):
     """A query view that starts 4 bytes past a 16-byte boundary: the fp16-store kernel loads the
@@ -512,13 +502,13 @@ def test_query_starting_mid_vector_gives_the_same_bits(store):
     q = cp.asarray(np.random.default_rng(22).standard_normal((2, 8, 128)).astype(np.float32))
     cert = wc.CertConfig(tier="A" if store == "fp16" else "B")
     want = wc.decode_attention(q, pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll, cert=cert)
-    got = wc.decode_attention(_mid_vector(q), pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll,
+    got = wc.decode_attention(mid_vector(q), pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll,
                               cert=cert)
     for a, b in ((want.o, got.o), (want.lse, got.lse), (want.tv_bound, got.tv_bound)):
         assert np.array_equal(a.get(), b.get())
     plan = wc.decode_plan(q, pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll, cert=cert)
     assert plan.q.data.ptr == q.data.ptr  # in place
-    mis = _mid_vector(q)
+    mis = mid_vector(q)
     plan = wc.decode_plan(mis, pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll, cert=cert)
     assert plan.q.data.ptr != mis.data.ptr and plan.q.data.ptr % 16 == 0
 
