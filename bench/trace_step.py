@@ -78,8 +78,7 @@ def one_shape(case, ns, reps):
     n1 = int(np.prod(p.grid1))
     n2 = p.shape[0] * p.shape[1]
     assert n1 <= NCTA and n2 <= NCTA, (n1, n2)
-    G = p.shape[1] // case.hkv
-    s1_mod = _cuda._module("decode_v2.cu", (f"decode_stage1_v2<{G}, 8>",), ())
+    s1_mod = _cuda._module("decode_v2.cu", (p.stage1_template,), ())
     mg_mod = _cuda._module("decode.cu", (), ())
     s1, mg = trace_arrays(s1_mod), trace_arrays(mg_mod)
     s = cp.cuda.Stream(non_blocking=True)

@@ -1,6 +1,6 @@
 // decode_f16.cu — stage 1 of the split-KV decode over a pool of fp16 rows (Fp16Pool: an fp16 KV
 // cache, or what a black-box scheme reconstructs, with a Tier-A witness; issue 5), d = 128.  Same
-// contract, inputs and outputs as decode_stage1 (decode.cu) and decode_stage1_v2<G, 0>
+// contract, inputs and outputs as decode_stage1 (decode.cu) and decode_stage1_v2<G, 0, false>
 // (decode_v2.cu) on such a pool: fp32 dot products of the fp32 query with the stored values
 // converted exactly to fp32 (SPEC §6), Tier-A c_t (SPEC §4), λ and cmax per split.
 //
@@ -33,8 +33,8 @@
 // softmax per tile.
 // Sum orders: token order per output channel, band order in c_t; q·k in channel order over each
 // half of the warp's channels, the two halves then added (F16_KPAIR; 0: one chain in channel order,
-// that of decode_stage1_v2<G, 0>), and the W warps' partial sums added; the softmax sum per lane in
-// token order, the 32 lanes' sums then by a warp reduction (F16_LANE_SUMS).
+// that of decode_stage1_v2<G, 0, false>), and the W warps' partial sums added; the softmax sum per
+// lane in token order, the 32 lanes' sums then by a warp reduction (F16_LANE_SUMS).
 // Never reads out of bounds: page ids outside the pool, an inconsistent kv_indptr or a bad
 // last-page length poison the split (NaN output, infinite certificate), as in decode_stage1; a
 // token past the split's end stages zeros (its row is not read; the witness row of slot 0 is).

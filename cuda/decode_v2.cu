@@ -3,9 +3,17 @@
 // contract, inputs and outputs as decode_stage1 in decode.cu (SPEC §4–6; fp32 dequant
 // x̂ = s·(k − ξ) with the exact stream), which serves every other case.
 //
-// decode_stage1_v2<G, BITS>: grid (num_splits, Hkv, B), block 64 = two warps, lane = token of a
-// 32-token tile, warp = side (K, V); each thread owns its token's whole row of its side.  BITS is
-// the dither resolution (8, 16, 24), or 0 for a pool of fp16 rows.
+// decode_stage1_v2<G, BITS, PLAIN>: grid (num_splits, Hkv, B), block 64 = two warps, lane = token
+// of a 32-token tile, warp = side (K, V); each thread owns its token's whole row of its side.  BITS
+// is the dither resolution (8, 16, 24), or 0 for a pool of fp16 rows.  PLAIN (INT8 only): the
+// library's default layout — no outlier channels, 2^V2_PLAIN_GS_SHIFT channels per scale, no
+// Tier-A term in the step — as constants, so the outlier, Tier-A and other-group-size paths are
+// not in the code at all (the same operations in the same order as the general instantiation on
+// such a pool: the same bits).  Why (bench/NOTES.md, session 18): at B = 1 a third of stage 1's
+// warp samples waited for instruction fetch (run 126), and ≈ 2,150 never-run instructions sat
+// between the hot blocks; PLAIN is 33% less code at G = 7 and 4–8% faster at 32k (run 132).  A
+// launch whose arguments do not match the layout poisons its split (NaN, no guarantee) rather
+// than computing without what it was given.
 //   A. A tile's rows (128 code bytes and the fp16 scales per token) arrive by cp.async in a shared
 //      staging tile, issued a tile ahead, eight lanes per row.  Per 16-channel chunk: one, two or
 //      four Philox calls (8, 16, 24 bits) and x̂ in 4, 6 or 7 instructions per element
@@ -75,6 +83,9 @@
 #ifndef V2_EPI_HEADS
 #define V2_EPI_HEADS ((G == 4 && BITS == 24) ? 2 : 4)
 #endif
+// PLAIN's scale group: 32 channels (QuantConfig's default group_size; witcert_cupy/_cuda.py's
+// V2_PLAIN_GROUP_SIZE, checked to agree by tests/test_cuda_compile.py)
+#define V2_PLAIN_GS_SHIFT 5
 #define V2_LOG2E 1.4426950408889634f
 #define V2_LN2 0.6931471805599453f
 
@@ -185,7 +196,7 @@ __host__ __device__ constexpr int v2_min_blocks(int G, bool fp16) {
 
 // BITS = 0: the pool stores fp16 rows (Fp16Pool: a scheme's x̂ or the exact values, Tier A only);
 // the rows are converted to fp32 instead of dequantized (`codes` then points at the fp16 values).
-template <int G, int BITS>
+template <int G, int BITS, bool PLAIN>
 __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decode_stage1_v2(
     const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
     const u16* __restrict__ outl, const u16* __restrict__ wit, const int* __restrict__ bypass_ch,
@@ -195,6 +206,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     int NP2, int NB, int page_shift, int num_pages, int nnz, int num_splits, int tier, u32 k0, u32 k1, float sm,
     float log_budget, float beta_steps) {
     static_assert(BITS == 0 || BITS == 8 || BITS == 16 || BITS == 24, "BITS: 0 (fp16 rows), 8, 16 or 24");
+    static_assert(!(PLAIN && BITS == 0), "PLAIN: INT8 pools (an Fp16Pool's certificate is Tier A)");
     constexpr bool FP16 = BITS == 0;
     constexpr int NXW = 4 * v2_calls(BITS);  // dither words per 16-channel chunk
     constexpr int D = V2_D;
@@ -224,6 +236,11 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     const int tid = threadIdx.x, side = tid >> 5, lane = tid & 31;
     const int Hq = H * G;
     const float sm2 = sm * V2_LOG2E;
+    bool off_layout = false;  // PLAIN launched on another layout: the split is poisoned below
+    if constexpr (PLAIN) {
+        off_layout = NP2 != 0 || (tier & 1) != 0 || gs_shift != V2_PLAIN_GS_SHIFT;
+        NP2 = 0, tier &= 2, gs_shift = V2_PLAIN_GS_SHIFT;
+    }
     const int NG = D >> gs_shift, gs = 1 << gs_shift;  // scale groups (a power of two, >= 16)
     // the G query rows are requested first, so their round trip overlaps the page table's two
     // dependent ones below instead of following them (run 123: the set-up took ≈ 5 µs at B = 1)
@@ -238,7 +255,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     // ---- the split's token range, every page-table value checked before use (as decode_stage1)
     const RequestPages rp = request_pages(kv_indptr, kv_last_page_len, b, nnz, page_shift);
     const i64 S = rp.S;
-    bool poisoned = rp.poisoned;
+    bool poisoned = rp.poisoned || off_layout;
     const SplitTokens st_ = split_tokens(rp, s, num_splits, page_shift);
     const i64 ta = st_.ta, tb = st_.tb;
 
@@ -603,12 +620,14 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
 }
 
 // An explicit instantiation (the offline compile checks in tests/test_cuda_compile.py).
-#define WC_V2_INST1(G, BITS)                                                                                \
-    template __global__ void decode_stage1_v2<G, BITS>(const float*, const i8*, const u16*, const u16*, const u16*, \
+#define WC_V2_INST1(G, BITS, PLAIN)                                                                         \
+    template __global__ void decode_stage1_v2<G, BITS, PLAIN>(const float*, const i8*, const u16*, const u16*, const u16*, \
                                                  const int*, const int*, const int*, const int*, const int*,  \
                                                  float*, float*, float*, float*, i64, int, int, int, int, int, \
                                                  int, int, int, int, int, int, u32, u32, float, float, float);
-#define WC_V2_INST(G) WC_V2_INST1(G, 0) WC_V2_INST1(G, 8) WC_V2_INST1(G, 16) WC_V2_INST1(G, 24)
+#define WC_V2_INST(G)                                                                                     \
+    WC_V2_INST1(G, 0, false) WC_V2_INST1(G, 8, false) WC_V2_INST1(G, 16, false) WC_V2_INST1(G, 24, false)  \
+    WC_V2_INST1(G, 8, true) WC_V2_INST1(G, 16, true) WC_V2_INST1(G, 24, true)
 #ifdef WITCERT_INSTANTIATE_ALL
 WC_V2_INST(1)
 WC_V2_INST(2)

@@ -48,8 +48,9 @@ def test_compiles_for_sm90_without_spills_or_warnings(name, tmp_path):
                     assert any(f"decode_stage1ILi{d}ELi{g}E{f}E" in e for e in entries), (d, g, f)
     if name == "decode_v2.cu":
         for g in range(1, 9):
-            for bits in (0, 8, 16, 24):  # fp16 stores, INT8 at each dither resolution
-                assert any(f"decode_stage1_v2ILi{g}ELi{bits}EE" in e for e in entries), (g, bits)
+            for bits in (0, 8, 16, 24):  # fp16 stores, INT8 at each dither resolution; PLAIN for INT8
+                for plain in ((0, 1) if bits else (0,)):
+                    assert any(f"decode_stage1_v2ILi{g}ELi{bits}ELb{plain}EE" in e for e in entries), (g, bits, plain)
     if name == "decode_f16.cu":  # (G, warps, certified)
         for g in range(1, 9):
             for w in (1, 2):
@@ -116,6 +117,7 @@ def test_philox_header_host_known_answers(tmp_path):
 def test_launch_layer_block_size_is_the_kernel_s():
     src = (_cuda.kernel_dir() / "decode_v2.cu").read_text()
     assert int(re.search(r"#define V2_THREADS (\d+)", src).group(1)) == _cuda.V2_THREADS
+    assert 1 << int(re.search(r"#define V2_PLAIN_GS_SHIFT (\d+)", src).group(1)) == _cuda.V2_PLAIN_GROUP_SIZE
     src = (_cuda.kernel_dir() / "decode_f16.cu").read_text()
     assert "__launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CERT)) decode_stage1_f16(" in src
     geom = (_cuda.kernel_dir() / "decode_f16_geometry.cuh").read_text()
@@ -223,7 +225,7 @@ def test_trace_patch_applies_and_compiles(tmp_path):
     out = subprocess.run(["git", "apply", str(patch)], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     src = tmp_path / "cuda"
-    (tmp_path / "v2.cu").write_text('#include "decode_v2.cu"\nWC_V2_INST1(7, 8)\n')
+    (tmp_path / "v2.cu").write_text('#include "decode_v2.cu"\nWC_V2_INST1(7, 8, true)\n')
     for name in (src / "decode.cu", tmp_path / "v2.cu"):
         cmd = [NVCC, "--ptx", "-arch=sm_90", "-ftz=true", *_cuda.options(), "-I", str(src), str(name), "-o",
                str(tmp_path / "k.ptx")]

@@ -12,7 +12,7 @@ import pytest
 
 import witcert_cupy as wc
 from witcert_cupy import _contract as C
-from witcert_cupy import _cuda
+from witcert_cupy import _cuda, _launch
 from witcert_cupy import reference
 from helpers import filled_pool, mid_vector, on_device, overflowing_query_group_case, page_table, random_rows
 
@@ -547,8 +547,8 @@ def test_fp16_store_bit_identical_and_metered(dtype):
 @pytest.mark.parametrize("G,W", [(1, 2), (4, 2), (7, 2), (4, 1), (7, 1)])
 def test_fp16_store_kernels_agree(G, W, monkeypatch):
     """The fp16-store stage-1 kernels on an Fp16Pool (a black-box scheme's values, Tier A):
-    decode_stage1_f16<G, W> (W warps per CTA, chosen automatically) and decode_stage1_v2<G, 0> held to the
-    SPEC §9 rule against the CPU backend, certificates sound, cmax equal to the general kernel's
+    decode_stage1_f16<G, W> (W warps per CTA, chosen automatically) and decode_stage1_v2<G, 0, false>
+    held to the SPEC §9 rule against the CPU backend, certificates sound, cmax equal to the general kernel's
     within fp32 evaluation.  (f16 and v2 share their sum orders but not bit for bit: on this
     workload's 80× key channel they differed by 4e-5 relative in o (run 51), the size of one
     rounding of a large logit, which the compiler may or may not fuse into the exponent.)"""
@@ -1028,9 +1028,69 @@ def test_staged_tile_kernel_agrees_with_the_general_one(G, page, bits):
         assert np.all(np.isfinite(r.o[3].get()))
 
 
+def _relaunched_with(plan, template):
+    """The plan's outputs (:func:`_written`, on the host) after a step whose stage 1 is ``template``,
+    another instantiation of the plan's kernel, launched with the plan's own arguments."""
+    fn = _cuda.kernel("decode_v2.cu", None, template)
+    plan._stage1 = _launch.Launcher(fn, plan.grid1, (plan.block1,), plan.args1, plan.smem1, pdl=_cuda._pdl())
+    plan.launch()
+    return [a.get() for a in _written(plan)]
+
+
+@pytest.mark.parametrize("G,bits,page", [(1, 16, 16), (4, 8, 16), (4, 24, 1), (7, 8, 16), (7, 16, 1), (8, 24, 16)])
+def test_plain_instantiation_gives_the_general_one_s_bits(G, bits, page):
+    """decode_stage1_v2<G, BITS, true> holds the default layout (no outlier channels, 32-channel
+    scale groups, no Tier-A term) as constants: the launch layer takes it for such a pool and step,
+    and it gives the general instantiation's bits, certified (Tier B) and not, over ragged lengths,
+    an empty request, one-token and one-tile requests and split counts that cut pages."""
+    H, d = 2, 128
+    cfg = wc.QuantConfig(d, seed=G, dither_bits=bits)
+    lengths = [1, 31, 33, 700, 0, 1500]
+    pg, tg, _, _ = filled_pool(np.random.default_rng(G + bits), lengths=lengths, H=H, d=d, page_size=page,
+                               cfg=cfg, massive=[(3, 50.0)], backend="cuda")
+    q = cp.asarray((np.random.default_rng(G).standard_normal((len(lengths), H * G, d)) * 2).astype(np.float32))
+    ip, ix, ll = on_device(pg, tg)
+    for cert in (wc.CertConfig(tier="B", num_layers=2, steps=4), None):
+        for ns in (None, 1, 7):
+            plan = pg._dev.plan(q, 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns)
+            assert plan.stage1_template == f"decode_stage1_v2<{G}, {bits}, true>"
+            plan.launch()
+            plain = [a.get() for a in _written(plan)]
+            general = _relaunched_with(plan, f"decode_stage1_v2<{G}, {bits}, false>")
+            assert len(plain) == (4 if cert else 2)
+            for a, b in zip(plain, general):
+                assert np.array_equal(a.view(np.uint32 if a.dtype == np.float32 else np.uint64),
+                                      b.view(np.uint32 if b.dtype == np.float32 else np.uint64))
+            assert np.all(np.isfinite(plain[0]))
+
+
+@pytest.mark.parametrize("what", ["outlier channels", "16-channel groups", "a Tier-A term"])
+def test_plain_instantiation_poisons_a_launch_off_its_layout(what):
+    """The launch layer takes the general instantiation for a pool or step off the default layout,
+    and the PLAIN one, given such a launch's arguments, poisons every split (NaN o, log A = +inf:
+    no guarantee) instead of computing without what it compiled out."""
+    H, d, G = 2, 128, 4
+    cfg = {"outlier channels": wc.QuantConfig(d, outlier_pairs=np.array([[[3, 40], [7, 9]]])),
+           "16-channel groups": wc.QuantConfig(d, group_size=16),
+           "a Tier-A term": wc.QuantConfig(d, witness_bands=16)}[what]
+    lengths = [33, 700]
+    pg, tg, _, _ = filled_pool(np.random.default_rng(5), lengths=lengths, H=H, d=d, cfg=cfg, backend="cuda")
+    q = cp.asarray(np.random.default_rng(6).standard_normal((len(lengths), H * G, d)).astype(np.float32))
+    ip, ix, ll = on_device(pg, tg)
+    cert = wc.CertConfig(tier="AB" if what == "a Tier-A term" else "B", num_layers=2, steps=4)
+    plan = pg._dev.plan(q, 0, ip, ix, ll, 1 / math.sqrt(d), cert, None)
+    assert plan.stage1_template == f"decode_stage1_v2<{G}, 8, false>"
+    plan.launch()
+    o, _, log_a, _ = [a.get() for a in _written(plan)]
+    assert np.all(np.isfinite(o)) and np.all(np.isfinite(log_a))
+    o, _, log_a, tv = _relaunched_with(plan, f"decode_stage1_v2<{G}, 8, true>")
+    assert np.all(np.isnan(o)) and np.all(log_a == np.inf) and np.all(tv == 1.0)
+
+
 @pytest.mark.parametrize("filename,template", [
     *[("decode_f16.cu", f"decode_stage1_f16<{G}, 1, {c}>") for G in (4, 7, 8) for c in ("false", "true")],
-    *[("decode_v2.cu", f"decode_stage1_v2<{G}, {bits}>") for G in (4, 7, 8) for bits in (0, 8, 24)]])
+    *[("decode_v2.cu", f"decode_stage1_v2<{G}, {bits}, {p}>") for G in (4, 7, 8) for bits in (0, 8, 24)
+      for p in (("false", "true") if bits else ("false",))]])
 def test_decode_kernels_as_built_on_the_device_use_no_local_memory(filename, template):
     """The stage-1 kernels as CuPy builds them here (this NVRTC, this driver): no local memory at the
     head counts of common models (G = 4, 7, 8).  Run 75's profile of decode_stage1_f16<7, 1, false>

@@ -136,6 +136,9 @@ V2_WAVE_MIN_TOKENS = 512
 # threads per CTA of decode_stage1_v2: cuda/decode_v2.cu's V2_THREADS (tests/test_cuda_compile.py
 # checks the two agree)
 V2_THREADS = 64
+# the scale group of decode_stage1_v2's PLAIN instantiation: 2^V2_PLAIN_GS_SHIFT of cuda/decode_v2.cu
+# (the same test checks it)
+V2_PLAIN_GROUP_SIZE = 32
 
 
 # warps per split of decode_stage1_f16<G, W, CERT> (cuda/decode_f16.cu): one.  Two warps splitting
@@ -589,7 +592,9 @@ class DecodePlan:
     kernels (stage 1, the merge with the certificate, and telemetry), so it can be timed with events or
     captured in a CUDA graph.  It reads ``q`` and the page table from the arrays it was given when
     they are already contiguous of the launch dtype (float32, int32; ``q`` starting on a 16-byte
-    boundary, :func:`launch_query`): refill those in place between launches or replays."""
+    boundary, :func:`launch_query`): refill those in place between launches or replays.
+    ``kernel_name`` ('v1', 'v2' or 'f16') and ``stage1_template`` (the instantiation, e.g.
+    ``decode_stage1_v2<7, 8, true>``) say which stage-1 kernel it launches."""
 
     def __init__(self, dev, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, ns, unroll=0,
                  max_pages=0, telemetry=None, stage1="auto"):
@@ -635,15 +640,23 @@ class DecodePlan:
         self.smem1 = 0  # dynamic shared memory of stage 1
         if stage1 == "f16":  # the certified instantiation keeps λ's sums; the other has none
             certified = "true" if cert is not None else "false"
-            self.stage1 = kernel("decode_f16.cu", None, f"decode_stage1_f16<{G}, {F16_WARPS}, {certified}>")
+            self.stage1_template = f"decode_stage1_f16<{G}, {F16_WARPS}, {certified}>"
+            self.stage1 = kernel("decode_f16.cu", None, self.stage1_template)
             self.smem1 = f16_smem_bytes(G, dev.num_bands, cert_mod.tier_code(cert) & 1)
             if self.smem1 > self.stage1.max_dynamic_shared_size_bytes:  # (beyond 48 KB: opt in)
                 self.stage1.max_dynamic_shared_size_bytes = self.smem1
         elif stage1 == "v2":  # the second template argument: dither bits, 0 for fp16 rows
-            self.stage1 = kernel("decode_v2.cu", None, f"decode_stage1_v2<{G}, {0 if dev.fp16_store else bits}>")
+            # the third: the default layout as constants (no outlier channels, 32-channel groups, no
+            # Tier-A term; decode_v2.cu), the same results in less code
+            plain = (not dev.fp16_store and bypass.shape[-1] == 0 and gs == V2_PLAIN_GROUP_SIZE
+                     and not cert_mod.tier_code(cert) & 1)
+            self.stage1_template = (f"decode_stage1_v2<{G}, {0 if dev.fp16_store else bits}, "
+                                    f"{'true' if plain else 'false'}>")
+            self.stage1 = kernel("decode_v2.cu", None, self.stage1_template)
         else:
             fp16 = "true" if dev.fp16_store else "false"
-            self.stage1 = kernel("decode.cu", None, f"decode_stage1<{d}, {G}, {fp16}, {unroll}>")
+            self.stage1_template = f"decode_stage1<{d}, {G}, {fp16}, {unroll}>"
+            self.stage1 = kernel("decode.cu", None, self.stage1_template)
         # the default split count: one wave of this kernel's resident CTAs (the one-warp fp16 kernel:
         # up to 128 splits of at least 64 tokens, the mean request's length from the table's shape;
         # the INT8 kernel: beyond 64 splits at small batch, v2_num_splits)
