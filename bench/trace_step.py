@@ -10,11 +10,17 @@ medians over ``--reps`` replays: each point's time from the first stage-1 CTA's 
 the first, median and last), and each CTA's phases in cycles (median over CTAs).
 
     PYTHONPATH=. python3 bench/trace_step.py [--shapes 1/28/4/4096,...] [--splits 0,128] [--defines GD_STAGE1_EARLY=2]
+        [--repeat stage1|merge]
+
+``--repeat`` traces the last step's stage 1 (or merge) launched a second time right after the first:
+against the plain trace, what the kernel's phases cost when its code (and, for stage 1, its rows)
+is already on the chip.
 
 Writes ``trace-step-<date>.json`` (rows: shape, num_splits, kernel, who, point, ns_first, ns_median,
-ns_last, cycles_median).  The patch's hunks carry the kernels' own lines as context: after a change
-to cuda/decode.cu or cuda/decode_v2.cu, make it again against the new sources (the stamps are the
-``TR(k)`` lines and cuda/trace.cuh); tests/test_cuda_compile.py checks that it applies and compiles.
+ns_last, cycles_median, repeat). The patch's hunks carry the kernels' own lines as context: after a
+change to cuda/decode.cu or cuda/decode_v2.cu, make it again against the new sources (the stamps are
+the ``TR(k)`` lines and cuda/trace.cuh); tests/test_cuda_compile.py checks that it applies and
+compiles.
 """
 
 from __future__ import annotations
@@ -72,7 +78,7 @@ def trace_arrays(mod):
     return gt, ck, sm
 
 
-def one_shape(case, ns, reps):
+def one_shape(case, ns, reps, repeat="none"):
     plans = case.plans(8, True, stage1="v2", num_splits=ns or None)
     p = plans[-1]
     n1 = int(np.prod(p.grid1))
@@ -86,8 +92,15 @@ def one_shape(case, ns, reps):
         for q in plans:
             q.launch()
         s.begin_capture()
-        for q in plans:
+        for q in plans[:-1]:
             q.launch()
+        # --repeat: the last step's stage 1 (or merge) twice in a row, so that the traced one runs
+        # right after itself (its code and data warm) instead of after the other kernel
+        if repeat == "stage1":
+            p._stage1()
+        p.launch()
+        if repeat == "merge":
+            p.merge()
         g = s.end_capture()
         g.launch(s)
         s.synchronize()
@@ -142,6 +155,8 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--defines", default="", help="NAME=VALUE,... added to the build (bench/decode_variants.py)")
     ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--repeat", default="none", choices=("none", "stage1", "merge"),
+                    help="trace the last step's stage 1 (or merge) run a second time right after the first")
     args = ap.parse_args()
     dv.use_variant([f"dir={patched_kernels()}", *(d for d in args.defines.split(",") if d)])
     l2 = bd.l2_bytes()
@@ -151,7 +166,7 @@ def main():
         err = case.check(8, True, "v2")
         assert err < 1e-4, err
         for ns in (int(x) for x in args.splits.split(",")):
-            rows += one_shape(case, ns, args.reps)
+            rows += [dict(r, repeat=args.repeat) for r in one_shape(case, ns, args.reps, args.repeat)]
         case = None
         cp.get_default_memory_pool().free_all_blocks()
     bd.write_rows_json(args.out, "trace-step", rows)

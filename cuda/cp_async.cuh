@@ -51,4 +51,44 @@ WC_D void cp_async_wait_group() {
 
 // this thread's copies have landed and are visible to it (other threads' need a barrier)
 WC_D void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+#if __CUDA_ARCH__ >= 900
+// One bulk copy (sm_90's tensor memory access unit) from global to shared memory, completing on an
+// mbarrier: one instruction from one thread for a whole block, where cp.async takes one per 16
+// bytes per thread and holds the threads that issue them while the load/store queue drains.
+// Protocol: one thread mbar_init(bar, 1), mbar_fence_init(), mbar_expect_tx(bar, bytes),
+// bulk_copy_g2s(...); after a CTA barrier any thread may mbar_wait(bar, 0), which returns once the
+// bytes have landed and makes them visible to that thread.
+
+// an mbarrier at shared address `bar` expecting `count` arrivals per phase
+WC_D void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+// the initialisation visible to the bulk copy unit
+WC_D void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+
+// this thread's arrival, and `bytes` more for the phase to wait for
+WC_D void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from `src` to shared address `dst`,
+// counted on the mbarrier at `bar`
+WC_D void bulk_copy_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+// until the mbarrier's phase of parity `parity` has completed
+WC_D void mbar_wait(u32 bar, u32 parity) {
+    u32 done = 0;
+    while (!done)
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+}
+#endif
 #endif

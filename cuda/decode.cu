@@ -604,6 +604,30 @@ WC_D void certify_cell(float log_a, float lse, float cmax, double& risk, double&
 #define MG_PREFETCH 1
 #endif
 __host__ __device__ constexpr int merge_smem_floats(int ns) { return 3 * MG_PAD(ns) + 4; }
+// The prefetch as one bulk copy of the cell's rows (1, sm_90+), or as 16-byte cp.async pieces over
+// all threads (0, and below sm_90).  Why (run 138): with the pieces, 64 KB of rows (128 splits)
+// kept every thread issuing copies for ≈ 1,700 cycles before the statistics, as fast as the rows
+// flow into the SM; the bulk copy moves them while the statistics, exponentials and sums run, and
+// only the o loop waits for them.  The same rows land, so the same bits.
+#ifndef MG_BULK
+#define MG_BULK 1
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && MG_BULK
+#define MG_USE_BULK 1
+#else
+#define MG_USE_BULK 0
+#endif
+
+// the prefetched rows have landed and are visible to this thread (the cp.async pieces: this
+// thread's; others' need a barrier after)
+WC_D void merge_rows_landed(u32 bar) {
+#if MG_USE_BULK
+    mbar_wait(bar, 0);
+#else
+    (void)bar;
+    cp_async_wait_all();
+#endif
+}
 
 // acc + w·v for a split of weight w ≥ 0, acc for an empty split (w = −1), whose row is never
 // multiplied (SPEC §6: no 0·inf).  The selects are on the operands, off the chain through acc:
@@ -641,6 +665,8 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
     float* ob_s = mg_s + merge_smem_floats(ns);  // [ns][D]: the cell's o_part rows (pf)
     __shared__ float red[32][3];
     __shared__ int bad_s;
+    __shared__ __align__(8) unsigned long long mg_bar;  // the bulk copy's completion (MG_USE_BULK)
+    const u32 bar = smem_addr(&mg_bar);
     const i64 r = blockIdx.x;  // (b, hq)
     const int tid = threadIdx.x, nt = blockDim.x;
     const bool pref = MG_PREFETCH && pf != 0;
@@ -653,10 +679,19 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
         lv0 = lam_part[r * ns + tid];
         cv0 = cmax_part[r * ns + tid];
     }
-    if (pref) {
+    if (pref) {  // (waited for after the first barrier below, so the mbarrier is initialised by then)
         const float* src = o_part + r * ns * D;
+#if MG_USE_BULK
+        if (tid == 0) {
+            mbar_init(bar, 1);
+            mbar_fence_init();
+            mbar_expect_tx(bar, (u32)(ns * D * 4));
+            bulk_copy_g2s(smem_addr(ob_s), src, (u32)(ns * D * 4), bar);
+        }
+#else
         for (int i = tid; i < ns * D / 4; i += nt) cp_async16(ob_s + 4 * i, src + 4 * i);
         cp_async_commit();
+#endif
     }
     if (tid == 0) bad_s = 0;
     float mx = -INFINITY, lmx = -INFINITY, cm = 0.0f;
@@ -692,12 +727,12 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
     }
     float L, la;
     if (bad_s) {
-        if (pref) cp_async_wait_all();  // (no copy outlives the CTA)
+        if (pref) merge_rows_landed(bar);  // (no copy outlives the CTA)
         for (int c = tid; c < D; c += nt) o[r * D + c] = NAN;
         L = NAN;
         la = INFINITY;
     } else if (mx == -INFINITY) {  // no tokens at all
-        if (pref) cp_async_wait_all();
+        if (pref) merge_rows_landed(bar);
         for (int c = tid; c < D; c += nt) o[r * D + c] = 0.0f;
         L = -INFINITY;
         la = 0.0f;
@@ -727,7 +762,7 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
         // A >= 1 exactly; below 0 is fp32 rounding
         la = lmx == INFINITY ? INFINITY : (lmx == -INFINITY ? 0.0f : fmaxf(lmx + logf(t2) - L, 0.0f));
         for (int s = tid; s < ns; s += nt) lp_s[s] = lp_s[s] != -INFINITY ? expf(lp_s[s] - L) : -1.0f;
-        if (pref) cp_async_wait_all();  // this thread's copies; the barrier makes everyone's visible
+        if (pref) merge_rows_landed(bar);  // (the cp.async pieces: the barrier makes everyone's visible)
         __syncthreads();
         griddep_late(GD_MERGE_EARLY);
         // o: one loop per source of the rows, whole batches of MG_BATCH unguarded loads, then the

@@ -807,6 +807,21 @@ def test_merge_prefetch_gives_the_same_bits(ns, d):
     assert np.all(np.isnan(o[3])) and np.all(o[2] == 0) and np.all(np.isfinite(o[[0, 1, 4, 5]]))
 
 
+@pytest.mark.parametrize("ns,d", [(1, 128), (5, 64), (128, 128), (200, 128), (33, 256)])
+def test_merge_bulk_prefetch_gives_the_cp_async_bits(ns, d, monkeypatch):
+    """decode_merge's prefetch as one bulk copy completing on an mbarrier (MG_BULK=1, the default on
+    sm_90) lands the same rows as the 16-byte cp.async pieces (MG_BULK=0), so the same bits — over
+    normal cells, empty splits, an all-empty cell and a poisoned one (which wait for the copy
+    before they exit), up to 100 KB of rows (ns = 200, prefetch forced)."""
+    o_part, lse, lam, cmx = _merge_cells(np.random.default_rng(ns * d), 6, ns, d)
+    bulk, pieces = _with_defines(monkeypatch, [["MG_BULK=1"], ["MG_BULK=0"]],
+                                 lambda: _run_merge(o_part, lse, lam, cmx, True))
+    for a, b in zip(bulk, pieces):
+        assert np.array_equal(a, b, equal_nan=True)
+    o = bulk[0]
+    assert np.all(np.isnan(o[3])) and np.all(o[2] == 0) and np.all(np.isfinite(o[[0, 1, 4, 5]]))
+
+
 @pytest.mark.parametrize("prefetch", [True, False])
 def test_merge_empty_splits_keep_a_negative_zero_sum(prefetch):
     """An empty split adds nothing to o, not even a zero of another sign: decode_merge selects its
