@@ -1,5 +1,6 @@
 // cp_async.cuh — asynchronous global → shared copies (sm_80+), shared by the kernels that stage
-// the next tile's rows while computing this one (decode_v2.cu, decode_f16.cu, extend_tc.cu).
+// the next tile's rows while computing this one (decode_v2.cu, decode_f16.cu, extend_tc.cu); and
+// the sm_90 bulk copy on an mbarrier that decode_merge (decode.cu) prefetches a cell's rows with.
 #pragma once
 #include "common.cuh"
 
