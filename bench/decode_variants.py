@@ -38,7 +38,8 @@ _BASE_OPTIONS = _cuda.options()
 
 
 # the launch layer's switches a variant may set (witcert_cupy/_cuda.py), with their shipped values
-_SWITCHES = {name: getattr(_cuda, name) for name in ("F16_WARPS", "F16_PIPES", "MERGE_CERT_WARP", "PDL")}
+_SWITCHES = {name: getattr(_cuda, name)
+             for name in ("F16_WARPS", "F16_PIPES", "MERGE_CERT_WARP", "MERGE_PREFETCH_BYTES", "PDL")}
 _KERNEL_DIR = _cuda.kernel_dir
 
 
@@ -46,7 +47,8 @@ def use_variant(defines):
     """Rebuild the kernels with ``defines`` (a list of ``NAME=VALUE``) added to the options;
     ``F16_WARPS=n`` sets the launch layer's warps per split of decode_stage1_f16 instead,
     ``F16_PIPES=n`` its splits per CTA in both the kernel and the launch layer,
-    ``MERGE_CERT_WARP=0`` certifies on the merge's thread 0, ``PDL=0`` launches without
+    ``MERGE_CERT_WARP=0`` certifies on the merge's thread 0, ``MERGE_PREFETCH_BYTES=n`` sets the
+    merge's budget for prefetching a cell's rows, ``PDL=0`` launches without
     programmatic dependent launch (witcert_cupy/_cuda.py), ``NS=n`` launches n splits instead of
     the default count (returned), and ``dir=PATH`` builds from another directory of kernel sources
     (e.g. an earlier commit's ``cuda/``, from ``git archive``) with the same launch layer."""
