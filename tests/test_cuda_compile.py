@@ -234,3 +234,34 @@ def test_trace_patch_applies_and_compiles(tmp_path):
         ptx = (tmp_path / "k.ptx").read_text()
         assert ".global .align 8 .b8 wc_tr_gt" in ptx
         assert ptx.count("%globaltimer") >= 9  # the merge's 9 points, stage 1's 17
+
+
+@pytest.mark.parametrize("define", ["V2_SKEL=1", "V2_SKEL=3", "MG_SKEL=1"])
+def test_step_skeleton_patch_applies_and_compiles(tmp_path, define):
+    """bench/variants/step-skeleton.patch (bench/step_floor.py's rungs) applies to the shipped
+    kernels, and each rung compiles with no spill: the floor ladder must follow the kernels it
+    bounds.  A rung leaves out what it says (no Philox multiply in a stage 1 without tiles' arithmetic,
+    no exponential in a merge that only stores)."""
+    shutil.copytree(_cuda.kernel_dir(), tmp_path / "cuda")
+    patch = Path(__file__).resolve().parents[1] / "bench" / "variants" / "step-skeleton.patch"
+    out = subprocess.run(["git", "apply", str(patch)], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    src = tmp_path / "cuda"
+    (tmp_path / "v2.cu").write_text('#include "decode_v2.cu"\nWC_V2_INST1(7, 8, true)\n')
+    name = src / "decode.cu" if define.startswith("MG") else tmp_path / "v2.cu"
+    cmd = [NVCC, "--cubin", "-arch=sm_90", "-ftz=true", *_cuda.options(), f"-D{define}", "-Xptxas", "-v",
+           "-I", str(src), str(name), "-o", str(tmp_path / "k.cubin")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    spills = re.findall(r"(\d+) bytes spill stores", out.stderr)
+    assert spills and all(n == "0" for n in spills), out.stderr
+    ptx_cmd = [c if c != "--cubin" else "--ptx" for c in cmd if c not in ("-Xptxas", "-v")]
+    ptx_cmd[-1] = str(tmp_path / "k.ptx")
+    subprocess.run(ptx_cmd, check=True, capture_output=True, timeout=600)
+    ptx = (tmp_path / "k.ptx").read_text()
+    if define.startswith("MG"):
+        body = ptx[ptx.index(".entry decode_merge"):]
+        body = body[:body.index("\n}\n")]
+        assert "ex2.approx" not in body
+    else:
+        assert "mul.wide.u32" not in ptx  # Philox's multiplies are gone
