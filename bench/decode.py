@@ -2,7 +2,7 @@
 16, 24; certificate on/off), our fp16-store decode when available, and torch SDPA fp16 (GQA, fused
 backends) on the same shapes.
 
-    PYTHONPATH=. python3 bench/decode.py [--quick] [--out bench/results]
+    PYTHONPATH=. python3 bench/decode.py [--quick | --shapes 32/28/4/32768,...] [--out bench/results]
 
 Method (bench/NOTES.md): correctness against a float64 reference before timing; every method is
 captured in a CUDA graph that calls it once per rotated buffer (the buffers together are several
@@ -279,6 +279,8 @@ def main():
     ap.add_argument("--sweep", action="store_true", help="tokens-per-step (U) sweep of the INT8 kernel only")
     ap.add_argument("--splits", action="store_true",
                     help="split-count sweep of the certified INT8 decode at small batches (the default beside)")
+    ap.add_argument("--shapes", default=None,
+                    help="B/Hq/Hkv/context,... : the full sweep's protocol on these shapes only (page size 16)")
     args = ap.parse_args()
     import torch
 
@@ -297,11 +299,13 @@ def main():
     shapes = [(B, hq, hkv, ctx, PAGE) for B in batches for (hq, hkv) in heads for ctx in ctxs]
     if not args.quick:
         shapes.append((8, 32, 8, 32768, 1))
+    if args.shapes:
+        shapes = [(*sh, PAGE) for sh in parse_shapes(args.shapes)]
     date = datetime.date.today().isoformat()
     dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"decode-{date}{'-quick' if args.quick else ''}"
+    stem = f"decode-{date}{'-quick' if args.quick else ''}{'-shapes' if args.shapes else ''}"
 
     def save(complete):
         meta = {"date": date, "gpu": dev["name"].decode(), "sms": dev["multiProcessorCount"], "l2_bytes": l2,
