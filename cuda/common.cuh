@@ -157,11 +157,48 @@ WC_D SplitTokens split_tokens(const RequestPages& rp, int s, int num_splits, int
     return t;
 }
 
+// A split's first page ids, requested before its request's kv_indptr entries have arrived: where
+// the split would begin if kv_indices held the grid's `nreq` requests in equal shares — so right
+// for every request of a batch of equal lengths and for a single request.  tile_page_or takes such
+// a value only where the real index is the guessed one, and reads the entry otherwise: the same
+// page ids either way, and on a right guess the first tile's rows wait for two dependent round
+// trips instead of three.  decode_stage1_f16 guesses (run 145: 0.2–0.3 µs at B = 1, 4k, 0.8% at
+// B = 8, 28/4, 32k); decode_stage1_v2 does not: there its set-up is the longer chain, and the same
+// guess measured 0.1 µs faster at B = 1, 4k and up to 1% slower at 32k (bench/NOTES.md, session 19).
+struct PageGuess {
+    int idx;   // the entry of kv_indices guessed for this lane's token (-1: none)
+    int page;  // its value
+};
+
+// 0: no guess (tests compare the bits; bench/decode_variants.py times the two)
+#ifndef WC_PAGE_GUESS
+#define WC_PAGE_GUESS 1
+#endif
+
+WC_D PageGuess guess_first_page(const int* kv_indices, int b, int nreq, int nnz, int s, int num_splits, int lane,
+                                int page_shift) {
+    const int npg = nnz / max(nreq, 1);
+    const int pps = (npg + num_splits - 1) / num_splits;  // split_tokens' pages per split
+    const i64 idx = (i64)b * npg + min(s * pps, npg) + (lane >> page_shift);
+    PageGuess g;
+    g.idx = WC_PAGE_GUESS && idx < nnz ? (int)idx : -1;
+    g.page = g.idx >= 0 ? kv_indices[g.idx] : 0;
+    return g;
+}
+
 // The staged decodes' tiles (lane = token t0 + lane of a request, tokens before tb): the token's
 // page id, read from kv_indices (0 past tb) ...
 WC_D int tile_page(const int* kv_indices, int p0, i64 t0, i64 tb, int lane, int page_shift) {
     const i64 tok = t0 + lane;
     return tok < tb ? kv_indices[p0 + (int)(tok >> page_shift)] : 0;
+}
+
+// ... or the guessed value where it is this entry's (guess_first_page)
+WC_D int tile_page_or(const int* kv_indices, int p0, i64 t0, i64 tb, int lane, int page_shift, PageGuess g) {
+    const i64 tok = t0 + lane;
+    if (tok >= tb) return 0;
+    const int idx = p0 + (int)(tok >> page_shift);
+    return idx == g.idx ? g.page : kv_indices[idx];
 }
 
 // ... and its slot, or -1 past tb or for a page id outside the pool (which sets `poisoned`)

@@ -199,6 +199,10 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
     const bool tier_a = CERT && (tier & 1) != 0;
     const bool certifier = part == CW;
 
+    // the first tile's page ids, guessed, so that their round trip overlaps kv_indptr's (common.cuh)
+    const PageGuess guess =
+        guess_first_page(kv_indices, b, gridDim.z, nnz, live ? s : 0, num_splits, lane, page_shift);
+
     // ---- the split's token range, every page-table value checked before use (as decode_stage1)
     const RequestPages rp = request_pages(kv_indptr, kv_last_page_len, b, nnz, page_shift);
     bool poisoned = rp.poisoned;
@@ -265,7 +269,7 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
         int pg = 0;
         i64 sl = -1;
         if (run) {
-            pg = page_of(ta);
+            pg = tile_page_or(kv_indices, rp.p0, ta, tb, lane, page_shift, guess);
             sl = slot_at(ta, pg);
             const u32 vm = __ballot_sync(FULL, sl >= 0);
             stage_k(sl < 0 ? 0u : (u32)sl, vm);  // the first tile loads during the set-up below

@@ -1079,6 +1079,38 @@ def test_plain_instantiation_gives_the_general_one_s_bits(G, bits, page):
             assert np.all(np.isfinite(plain[0]))
 
 
+@pytest.mark.parametrize("page", [16, 1])
+def test_guessed_page_ids_give_the_same_bits(page, monkeypatch):
+    """decode_stage1_f16 requests a split's first page ids before kv_indptr has arrived, at the
+    entries an equal share of kv_indices per request would give (common.cuh, guess_first_page),
+    and uses such a value only where it is the real entry's.  On a batch of equal lengths (every
+    guess right) and on the same table behind 37 entries of invalid page ids (every guess wrong,
+    and a guessed value used in error would poison its request), certified and not, at split counts
+    that cut pages: the bits of a build that never guesses (WC_PAGE_GUESS=0), and the two tables
+    give the same bits."""
+    from test_fp16pool import build, e4m3_like
+
+    lengths, d = [300, 300, 300], 128
+    pg, tg = build(np.random.default_rng(11 + page), lengths, backend="cuda", scheme=e4m3_like, page=page)
+    ip, ix, ll = (np.array(a) for a in tg[:3])
+    pad = 37
+    tables = [(ip, ix, ll), (ip + pad, np.concatenate([np.full(pad, 1 << 30, ix.dtype), ix]), ll)]
+    q = cp.asarray((np.random.default_rng(3).standard_normal((len(lengths), 8, d)) * 2).astype(np.float32))
+
+    def plans():
+        return [pg._dev.plan(q, 0, *(cp.asarray(a) for a in t), 1 / math.sqrt(d), c, ns, stage1="f16")
+                for t in tables for c in (wc.CertConfig(tier="A"), None) for ns in (1, 5, 12)]
+
+    guessed, read = _bits_with_defines(monkeypatch, [["WC_PAGE_GUESS=1"], ["WC_PAGE_GUESS=0"]], plans)
+    assert len(guessed) == 2 * (4 + 2) * 3
+    for a, b in zip(guessed, read):
+        assert np.array_equal(a, b, equal_nan=True)
+    half = len(guessed) // 2
+    for a, b in zip(guessed[:half], guessed[half:]):
+        assert np.array_equal(a, b, equal_nan=True)
+    assert all(np.all(np.isfinite(a)) for a in guessed)
+
+
 @pytest.mark.parametrize("what", ["outlier channels", "16-channel groups", "a Tier-A term"])
 def test_plain_instantiation_poisons_a_launch_off_its_layout(what):
     """The launch layer takes the general instantiation for a pool or step off the default layout,
