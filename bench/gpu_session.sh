@@ -13,7 +13,7 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 {
   date -u
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+  nvidia-smi --query-gpu=name,uuid,serial,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
   python3 -c "import sys, cupy, numpy, numba, torch; print('python', sys.version.split()[0], '| cupy', cupy.__version__, '| numpy', numpy.__version__, '| numba', numba.__version__, '| torch', torch.__version__)"
   nvcc --version | tail -1
   git log -1 --format='commit %H %s' 2>/dev/null || true
