@@ -236,12 +236,12 @@ def test_trace_patch_applies_and_compiles(tmp_path):
         assert ptx.count("%globaltimer") >= 9  # the merge's 9 points, stage 1's 17
 
 
-@pytest.mark.parametrize("define", ["V2_SKEL=1", "V2_SKEL=3", "MG_SKEL=1"])
+@pytest.mark.parametrize("define", ["V2_SKEL=1", "V2_SKEL=3", "V2_SKEL=4", "V2_SKEL=5", "V2_SKEL=6", "MG_SKEL=1"])
 def test_step_skeleton_patch_applies_and_compiles(tmp_path, define):
     """bench/variants/step-skeleton.patch (bench/step_floor.py's rungs) applies to the shipped
     kernels, and each rung compiles with no spill: the floor ladder must follow the kernels it
-    bounds.  A rung leaves out what it says (no Philox multiply in a stage 1 without tiles' arithmetic,
-    no exponential in a merge that only stores)."""
+    bounds.  The rungs without any tile arithmetic have no Philox multiply left, and the merge that
+    only stores no exponential; the rungs without one part of a tile keep the other parts' dither."""
     shutil.copytree(_cuda.kernel_dir(), tmp_path / "cuda")
     patch = Path(__file__).resolve().parents[1] / "bench" / "variants" / "step-skeleton.patch"
     out = subprocess.run(["git", "apply", str(patch)], cwd=tmp_path, capture_output=True, text=True)
@@ -263,5 +263,7 @@ def test_step_skeleton_patch_applies_and_compiles(tmp_path, define):
         body = ptx[ptx.index(".entry decode_merge"):]
         body = body[:body.index("\n}\n")]
         assert "ex2.approx" not in body
-    else:
+    elif define in ("V2_SKEL=1", "V2_SKEL=3"):
         assert "mul.wide.u32" not in ptx  # Philox's multiplies are gone
+    else:  # one part of the tile is gone (4: the V warp's phase A, 5: the K warp's, 6: phase C)
+        assert "mul.wide.u32" in ptx
