@@ -2,7 +2,7 @@
 and our certified decode on the same shapes (issue 5: where a goal is out of reach, the notes show
 the measured floor and why).
 
-    PYTHONPATH=. python3 bench/decode_floor.py [--out bench/results] [--reps 30]
+    PYTHONPATH=. python3 bench/decode_floor.py [--out bench/results] [--reps 30] [--shapes 1/28/4/4096,...] [--graph]
 
 The ladder (``cuda/bench_floor.cu``), each level streaming the same bytes as the decode (codes and
 fp16 scales of K and V, one layer) and each doing strictly less than any decode that meets SPEC
@@ -12,8 +12,11 @@ F1 + the fp32 conversion; F3 + G fp32 FMAs per element; with our fp16-store deco
 same shape.  Each level is timed with CUDA events around single launches over a buffer many times
 the L2 at the large shapes; at B = 1, 4k the buffer fits in L2 and a launch's overhead is a large
 part of each time, so those rows are not lower bounds on a graph-replayed decode (the decode and
-SDPA rows are graph replays, as in bench/decode.py).  Writes ``decode-floor-<date>.json`` (rows: level, batch, hq, hkv, context, us, gbps,
-ratio_sdpa) and prints the table.
+SDPA rows are graph replays, as in bench/decode.py).  ``--graph`` times the levels that way too —
+a CUDA graph of one launch per rotated copy of the data, replayed — which makes the small shapes'
+rows a one-kernel floor: no page table, no softmax, no merge (session 19).  Writes
+``decode-floor-<date>[-graph].json`` (rows: level, batch, hq, hkv, context, us, gbps, ratio_sdpa,
+timing) and prints the table.
 """
 
 from __future__ import annotations
@@ -62,17 +65,23 @@ def time_events(fn, reps):
     return statistics.median(ts)
 
 
-def floor_rows(B, hq, hkv, ctx, reps, sms):
+def floor_rows(B, hq, hkv, ctx, reps, sms, graph=False, l2=0):
+    """The ladder's rows on one shape.  ``graph``: each level timed as bench/decode.py times a step —
+    a CUDA graph of one launch per rotated copy of the data (copies together ≥ 3× the L2), replayed
+    — instead of events around single launches; for the small shapes, where one launch's overhead
+    is most of a level's time."""
     G = hq // hkv
     rows_kv = 2 * hkv * B * ctx  # (side, kv head, token) rows of one layer
+    nbytes = rows_kv * (D + 2 * (D // GS))
+    rot = bd.rotations(nbytes, l2) if graph else 1
     cp.random.seed(0)
-    codes = cp.empty(rows_kv * D, cp.int8)
+    codes = cp.empty(rot * rows_kv * D, cp.int8)
     blk = 1 << 26
     src = (cp.random.randint(0, 255, size=blk, dtype=cp.int32) - 127).astype(cp.int8)
     for off in range(0, codes.size, blk):
         n = min(blk, codes.size - off)
         codes[off:off + n] = src[:n]
-    scales = cp.random.uniform(0.004, 0.03, size=rows_kv * (D // GS)).astype(cp.float16)
+    scales = cp.random.uniform(0.004, 0.03, size=rot * rows_kv * (D // GS)).astype(cp.float16)
     coef = cp.asarray(np.random.default_rng(0).standard_normal(32).astype(np.float32))
     grid = sms * 8
     sink = cp.empty(grid * 256, cp.float32)
@@ -82,24 +91,25 @@ def floor_rows(B, hq, hkv, ctx, reps, sms):
     def ladder(levels, data_args, nbytes):
         for level, name in levels:
             k = _cuda.kernel("bench_floor.cu", name)
-            args = (*data_args, coef, sink)
-            us = time_events(lambda: k((grid,), (256,), args), reps)
+            launches = [lambda a=a: k((grid,), (256,), (*a, coef, sink)) for a in data_args]
+            us = bd.time_cupy(launches, reps)[0] if graph else time_events(launches[0], reps)
             assert bool(cp.isfinite(sink).all()), f"{name}: non-finite sink"
             out.append(dict(level=level, kernel=name, fma_heads=fh if "fma" in level.lower() else 0, us=us,
-                            gbps=nbytes / us / 1e3))
+                            gbps=nbytes / us / 1e3, timing="graph" if graph else "events", rotations=rot))
 
-    nbytes = rows_kv * (D + 2 * (D // GS))
+    cs, ss = codes.reshape(rot, -1), scales.reshape(rot, -1)
     ladder([(lv, name or f"bench_floor_l3_g{fh}") for lv, name in LEVELS],
-           (codes, scales, np.int64(rows_kv), np.int32(int(math.log2(GS))), np.uint32(0x1234), np.uint32(0x5678)),
-           nbytes)
-    del codes, scales
+           [(cs[r], ss[r], np.int64(rows_kv), np.int32(int(math.log2(GS))), np.uint32(0x1234), np.uint32(0x5678))
+            for r in range(rot)], nbytes)
+    del codes, scales, cs, ss
     cp.get_default_memory_pool().free_all_blocks()
     # the fp16-store ladder: rows of 128 fp16 values (half the values drawn, twice: a smaller
     # float32 temporary at the largest shapes; contents do not change the timing)
-    vals = cp.random.standard_normal(rows_kv * D // 2, dtype=cp.float32).astype(cp.float16)
-    vals = cp.concatenate([vals, vals]).view(cp.uint16)
+    vals = cp.random.standard_normal(rot * rows_kv * D // 2, dtype=cp.float32).astype(cp.float16)
+    vals = cp.concatenate([vals, vals]).view(cp.uint16).reshape(rot, -1)
     ladder([("F0_loads", "bench_floor_f16_l0"), ("F1_convert", "bench_floor_f16_l1"),
-            ("F3_fma", f"bench_floor_f16_l3_g{fh}")], (vals, np.int64(rows_kv)), rows_kv * D * 2)
+            ("F3_fma", f"bench_floor_f16_l3_g{fh}")], [(vals[r], np.int64(rows_kv)) for r in range(rot)],
+           rows_kv * D * 2)
     del vals
     cp.get_default_memory_pool().free_all_blocks()
     return out, nbytes
@@ -109,6 +119,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--shapes", default=None, help="B/Hq/Hkv/context,... instead of the default shapes")
+    ap.add_argument("--graph", action="store_true",
+                    help="time the ladder as CUDA-graph replays over rotated copies (the small shapes' floor)")
     args = ap.parse_args()
     import torch
 
@@ -116,6 +129,8 @@ def main():
     sms, l2 = dev["multiProcessorCount"], bd.l2_bytes()
     shapes = [(8, 32, 8, 32768), (8, 28, 4, 32768), (32, 32, 8, 32768), (1, 32, 8, 131072), (1, 32, 8, 4096),
               (1, 28, 4, 4096)]
+    if args.shapes:
+        shapes = list(bd.parse_shapes(args.shapes))
     rows, t0 = [], time.time()
     for i, (B, hq, hkv, ctx) in enumerate(shapes):
         print(f"[floor] shape {i + 1}/{len(shapes)}: B={B} {hq}/{hkv} ctx={ctx}", file=sys.stderr, flush=True)
@@ -139,7 +154,7 @@ def main():
         f16_us, _ = bd.time_cupy([p.launch for p in f16_plans], args.reps)
         f16 = f16_plans = None
         cp.get_default_memory_pool().free_all_blocks()
-        ladder, nbytes = floor_rows(B, hq, hkv, ctx, args.reps, sms)
+        ladder, nbytes = floor_rows(B, hq, hkv, ctx, args.reps, sms, args.graph, l2)
         base = dict(batch=B, hq=hq, hkv=hkv, context=ctx)
         rows.append(dict(base, level="torch_sdpa_fp16", us=sdpa_us, gbps=sb / sdpa_us / 1e3, ratio_sdpa=1.0))
         for r in ladder:
@@ -157,7 +172,8 @@ def main():
     meta = {"date": date, "gpu": dev["name"].decode(), "sms": sms, "l2_bytes": l2, "cupy": cp.__version__,
             "torch": torch.__version__, "command": " ".join(["python3"] + sys.argv), "reps": args.reps,
             "wall_s": time.time() - t0}
-    (out / f"decode-floor-{date}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    stem = f"decode-floor-{date}{'-graph' if args.graph else ''}"
+    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
