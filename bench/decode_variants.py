@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import cupy as cp
@@ -42,6 +45,15 @@ _SWITCHES = {name: getattr(_cuda, name)
              for name in ("F16_WARPS", "F16_PIPES", "MERGE_CERT_WARP", "MERGE_PREFETCH_BYTES", "PDL",
                           "V2_THREADS")}
 _KERNEL_DIR = _cuda.kernel_dir
+
+
+def patched_kernels(patch):
+    """A temporary copy of the shipped cuda/ with ``patch`` (a file of bench/variants/) applied; the
+    copy's cuda/ directory, for ``dir=`` (the caller removes its parent when done)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"witcert-{Path(patch).stem}-"))
+    shutil.copytree(_KERNEL_DIR(), tmp / "cuda")
+    subprocess.run(["git", "apply", str(patch)], cwd=tmp, check=True)
+    return tmp / "cuda"
 
 
 def use_variant(defines):

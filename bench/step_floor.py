@@ -35,34 +35,19 @@ import argparse
 import importlib.util
 import shutil
 import statistics
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import cupy as cp
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(HERE))
-import decode as bd  # noqa: E402
-
 _spec = importlib.util.spec_from_file_location("bench_decode_variants", HERE / "decode_variants.py")
 dv = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(dv)
+bd = dv.bd  # bench/decode.py
 
 PATCH = HERE / "variants" / "step-skeleton.patch"
 RUNGS = ("", "V2_SKEL=4", "V2_SKEL=5", "V2_SKEL=6", "V2_SKEL=1", "V2_SKEL=2", "V2_SKEL=3", "MG_SKEL=1",
          "V2_SKEL=1,MG_SKEL=1", "V2_SKEL=3,MG_SKEL=1")
-
-
-def patched_kernels():
-    """A copy of cuda/ with the skeleton patch applied; its directory."""
-    tmp = Path(tempfile.mkdtemp(prefix="witcert-skel-"))
-    shutil.copytree(dv._KERNEL_DIR(), tmp / "cuda")
-    subprocess.run(["git", "apply", str(PATCH)], cwd=tmp, check=True)
-    return tmp / "cuda"
 
 
 def parts(plans):
@@ -78,7 +63,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args()
-    src = patched_kernels()
+    src = dv.patched_kernels(PATCH)
     l2 = bd.l2_bytes()
     rows = []
     try:

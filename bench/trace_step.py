@@ -27,26 +27,17 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import shutil
 import statistics
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import cupy as cp
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(HERE))
-import decode as bd  # noqa: E402
-from witcert_cupy import _cuda  # noqa: E402
-
 _spec = importlib.util.spec_from_file_location("bench_decode_variants", HERE / "decode_variants.py")
 dv = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(dv)
+bd, _cuda = dv.bd, dv._cuda  # bench/decode.py, witcert_cupy._cuda
 
 PATCH = HERE / "variants" / "trace-step.patch"
 # the patch's points (cuda/trace.cuh: WC_TR_CTAS CTAs, 2 threads, WC_TR_PTS points)
@@ -60,14 +51,6 @@ MG_POINTS = {0: "entry", 1: "griddep wait done", 2: "statistics loaded", 3: "max
              4: "exponentials formed", 5: "sums and weights done", 6: "rows in shared memory",
              7: "o loop done", 8: "end (certifier: certified)"}
 S1_WHO, MG_WHO = ("K warp", "V warp"), ("thread 0", "certifier")
-
-
-def patched_kernels():
-    """A copy of cuda/ with the trace patch applied; its directory."""
-    tmp = Path(tempfile.mkdtemp(prefix="witcert-trace-"))
-    shutil.copytree(_cuda.kernel_dir(), tmp / "cuda")
-    subprocess.run(["git", "apply", str(PATCH)], cwd=tmp, check=True)
-    return tmp / "cuda"
 
 
 def trace_arrays(mod):
@@ -158,7 +141,7 @@ def main():
     ap.add_argument("--repeat", default="none", choices=("none", "stage1", "merge"),
                     help="trace the last step's stage 1 (or merge) run a second time right after the first")
     args = ap.parse_args()
-    dv.use_variant([f"dir={patched_kernels()}", *(d for d in args.defines.split(",") if d)])
+    dv.use_variant([f"dir={dv.patched_kernels(PATCH)}", *(d for d in args.defines.split(",") if d)])
     l2 = bd.l2_bytes()
     rows = []
     for B, hq, hkv, ctx in bd.parse_shapes(args.shapes):

@@ -196,9 +196,8 @@ WC_D int tile_page(const int* kv_indices, int p0, i64 t0, i64 tb, int lane, int 
 // ... or the guessed value where it is this entry's (guess_first_page)
 WC_D int tile_page_or(const int* kv_indices, int p0, i64 t0, i64 tb, int lane, int page_shift, PageGuess g) {
     const i64 tok = t0 + lane;
-    if (tok >= tb) return 0;
-    const int idx = p0 + (int)(tok >> page_shift);
-    return idx == g.idx ? g.page : kv_indices[idx];
+    return tok < tb && p0 + (int)(tok >> page_shift) == g.idx ? g.page
+                                                              : tile_page(kv_indices, p0, t0, tb, lane, page_shift);
 }
 
 // ... and its slot, or -1 past tb or for a page id outside the pool (which sets `poisoned`)

@@ -215,18 +215,26 @@ def test_merge_shared_memory_formula_is_the_kernel_s():
     assert _cuda.merge_smem_bytes(4096, 128, prefetch=False) == (4 * 12292, False)
 
 
+def _patched_sources(tmp_path, patch):
+    """A copy of the shipped kernels under ``tmp_path`` with ``bench/variants/<patch>`` applied (the
+    patch must apply), and a source instantiating decode_stage1_v2<7, 8, true> from it: (the
+    copy's cuda/, that source)."""
+    shutil.copytree(_cuda.kernel_dir(), tmp_path / "cuda")
+    path = Path(__file__).resolve().parents[1] / "bench" / "variants" / patch
+    out = subprocess.run(["git", "apply", str(path)], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    v2 = tmp_path / "v2.cu"
+    v2.write_text('#include "decode_v2.cu"\nWC_V2_INST1(7, 8, true)\n')
+    return tmp_path / "cuda", v2
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_trace_patch_applies_and_compiles(tmp_path):
     """bench/variants/trace-step.patch (bench/trace_step.py's timestamps) applies to the shipped
     kernels and the patched stage 1 and merge compile, every stamp a %globaltimer read: the tool
     must follow the kernels it measures."""
-    shutil.copytree(_cuda.kernel_dir(), tmp_path / "cuda")
-    patch = Path(__file__).resolve().parents[1] / "bench" / "variants" / "trace-step.patch"
-    out = subprocess.run(["git", "apply", str(patch)], cwd=tmp_path, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    src = tmp_path / "cuda"
-    (tmp_path / "v2.cu").write_text('#include "decode_v2.cu"\nWC_V2_INST1(7, 8, true)\n')
-    for name in (src / "decode.cu", tmp_path / "v2.cu"):
+    src, v2 = _patched_sources(tmp_path, "trace-step.patch")
+    for name in (src / "decode.cu", v2):
         cmd = [NVCC, "--ptx", "-arch=sm_90", "-ftz=true", *_cuda.options(), "-I", str(src), str(name), "-o",
                str(tmp_path / "k.ptx")]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -242,13 +250,8 @@ def test_step_skeleton_patch_applies_and_compiles(tmp_path, define):
     kernels, and each rung compiles with no spill: the floor ladder must follow the kernels it
     bounds.  The rungs without any tile arithmetic have no Philox multiply left, and the merge that
     only stores no exponential; the rungs without one part of a tile keep the other parts' dither."""
-    shutil.copytree(_cuda.kernel_dir(), tmp_path / "cuda")
-    patch = Path(__file__).resolve().parents[1] / "bench" / "variants" / "step-skeleton.patch"
-    out = subprocess.run(["git", "apply", str(patch)], cwd=tmp_path, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    src = tmp_path / "cuda"
-    (tmp_path / "v2.cu").write_text('#include "decode_v2.cu"\nWC_V2_INST1(7, 8, true)\n')
-    name = src / "decode.cu" if define.startswith("MG") else tmp_path / "v2.cu"
+    src, v2 = _patched_sources(tmp_path, "step-skeleton.patch")
+    name = src / "decode.cu" if define.startswith("MG") else v2
     cmd = [NVCC, "--cubin", "-arch=sm_90", "-ftz=true", *_cuda.options(), f"-D{define}", "-Xptxas", "-v",
            "-I", str(src), str(name), "-o", str(tmp_path / "k.cubin")]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
