@@ -110,7 +110,7 @@ def one_shape(case, ns, reps, repeat="none"):
                         continue
                     rel = col[ok].astype(np.int64) - t0
                     cyc = (ck[ok, w, k] - ck[ok, w, 0]).astype(np.float64)
-                    rec[(kname, w, k)] = (rel.min(), float(np.median(rel)), rel.max(), float(np.median(cyc)))
+                    rec[(kname, w, k)] = (int(rel.min()), float(np.median(rel)), int(rel.max()), float(np.median(cyc)))
         per_rep.append(rec)
     ctas_per_sm = np.bincount(samples[-1][2][:n1], minlength=p.dev.num_sms)
     keys = sorted(set().union(*per_rep), key=lambda k: (k[0] != "stage1", k[1], k[2]))

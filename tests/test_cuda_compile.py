@@ -244,6 +244,7 @@ def test_trace_patch_applies_and_compiles(tmp_path):
         assert ptx.count("%globaltimer") >= 9  # the merge's 9 points, stage 1's 17
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 @pytest.mark.parametrize("define", ["V2_SKEL=1", "V2_SKEL=3", "V2_SKEL=4", "V2_SKEL=5", "V2_SKEL=6", "MG_SKEL=1"])
 def test_step_skeleton_patch_applies_and_compiles(tmp_path, define):
     """bench/variants/step-skeleton.patch (bench/step_floor.py's rungs) applies to the shipped
