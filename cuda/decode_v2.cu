@@ -3,8 +3,9 @@
 // contract, inputs and outputs as decode_stage1 in decode.cu (SPEC §4–6; fp32 dequant
 // x̂ = s·(k − ξ) with the exact stream), which serves every other case.
 //
-// decode_stage1_v2<G, BITS, PLAIN>: grid (num_splits, Hkv, B), block 64 = two warps, lane = token
-// of a 32-token tile, warp = side (K, V); each thread owns its token's whole row of its side.  BITS
+// decode_stage1_v2<G, BITS, PLAIN, SPLIT = PLAIN>: grid (num_splits, Hkv, B), block 64 = two warps,
+// lane = token of a 32-token tile, warp = side (K, V); each thread owns its token's whole row of its
+// side (SPLIT: its half of both sides' rows, below).  BITS
 // is the dither resolution (8, 16, 24), or 0 for a pool of fp16 rows.  PLAIN (INT8 only): the
 // library's default layout — no outlier channels, 2^V2_PLAIN_GS_SHIFT channels per scale, no
 // Tier-A term in the step — as constants, so the outlier, Tier-A and other-group-size paths are
@@ -14,6 +15,14 @@
 // between the hot blocks; PLAIN is 33% less code at G = 7 and 4–8% faster at 32k (run 132).  A
 // launch whose arguments do not match the layout poisons its split (NaN, no guarantee) rather
 // than computing without what it was given.
+// SPLIT (PLAIN only; the library's choice from B·Hkv >= 16, witcert_cupy/_cuda.py): the warps split
+// each row's channels instead of the sides — warp w dequantizes channels [64w, 64w + 64) of both
+// the K and the V row of its token and takes the softmax and certificate of half the heads — so
+// that neither warp waits for the other (bench/NOTES.md, session 20: the K warp's phase A was the
+// step's critical path, and the V warp's not on it; 5–7.5% faster certified, 8–12% uncertified at
+// B >= 8, run 163).  Its dot products are blocked by chunk at every G; with those, the same bits as
+// the general instantiation (V2_BLOCKED_DOT=1).  The sections below describe the sides' layout;
+// the split's own is at its loop.
 //   A. A tile's rows (128 code bytes and the fp16 scales per token) arrive by cp.async in a shared
 //      staging tile, issued a tile ahead, eight lanes per row.  Per 16-channel chunk: one, two or
 //      four Philox calls (8, 16, 24 bits) and x̂ in 4, 6 or 7 instructions per element
@@ -36,7 +45,7 @@
 // summed in channel order, then added in chunk order: the error of 16 + 8 terms instead of 128),
 // channel order above and for fp16 rows; token order per output channel, band and group order in
 // c_t, token order per lane in λ.
-// Shared memory: static, 19–37 KB.  Never reads out of bounds: page ids outside the pool, an
+// Shared memory: static, 19–38 KB.  Never reads out of bounds: page ids outside the pool, an
 // inconsistent kv_indptr or a bad last-page length poison the split (NaN output, infinite
 // certificate), as in decode_stage1; a token past the split's end reads slot 0.
 #include "common.cuh"
@@ -65,6 +74,13 @@
 #ifndef V2_VUNROLL
 #define V2_VUNROLL ((G == 4 && BITS == 24) ? 2 : 1)
 #endif
+// SPLIT's chunks unrolled per half row (four: the whole half), so that the Philox chains of the
+// four chunks interleave.  Measured (run 161, G = 7 and 4): 4.7–5.5% faster than one chunk at
+// B >= 8 (two chunks: 0.5–2.9%), 1–2% at B = 1.  Without spills under nvcc 13.0 at every G and
+// resolution but G <= 3 at 24 bits, whose 128 registers take two.
+#ifndef V2_BAL_UNROLL
+#define V2_BAL_UNROLL ((G <= 3 && BITS == 24) ? 2 : 4)
+#endif
 // INT8 dot products blocked by 16-channel chunk up to G = 6 (run 48: the error of v2's logits
 // fell to the general kernel's, at no cost at G = 4; at G = 7 it cost 4–5%, so one chain there)
 #ifndef V2_BLOCKED_DOT
@@ -88,6 +104,12 @@
 #define V2_PLAIN_GS_SHIFT 5
 #define V2_LOG2E 1.4426950408889634f
 #define V2_LN2 0.6931471805599453f
+// SPLIT's staged half row (one side, one warp): 16 words of codes (64 channels), then the token's
+// four fp16 scales (2 words, padded to 4 so that rows stay 16-byte aligned); a pitch of 20 words
+// puts a quarter-warp's 16-byte reads of 8 rows (lane = token) on distinct banks
+#define V2_BPITCH 20
+// SPLIT's per-warp heads: the first warp's ⌈G/2⌉, the second warp's the rest
+__host__ __device__ constexpr int v2_heads_a(int G) { return (G + 1) / 2; }
 
 // Philox calls per 16-channel chunk (SPEC §2: a call feeds 16, 8 or 4 channels at 8, 16, 24 bits)
 __host__ __device__ constexpr int v2_calls(int bits) { return bits == 8 ? 1 : (bits == 16 ? 2 : 4); }
@@ -127,6 +149,25 @@ __device__ __forceinline__ void v2_f16x8(const uint4& r, bool valid, float (&x)[
 
 // c_t of one token for every head (SPEC §4): Tier A from its K witness row, Tier B from its K
 // scales (NGC groups), c = min of the two; a token past the split's end counts zero scales
+// Tier B's c_t of one token for one head from the token's scales s1 (squared: s2) over NGC groups
+// and the head's group coefficients (bq1, bq2 rows)
+template <int NGC>
+__device__ __forceinline__ float v2_c_b(const float (&s1)[NGC], const float (&s2)[NGC], const float* bq1g,
+                                        const float* bq2g) {
+    float u2 = 0.0f, be = 0.0f;
+#pragma unroll
+    for (int gr = 0; gr < NGC; ++gr) {
+        u2 += s2[gr] * bq2g[gr];
+        be += s1[gr] * bq1g[gr];
+    }
+    // sqrt as u2·rsqrt(u2): within a few ulps, far inside C_EVAL_SLACK (as extend_tc).  u2 = 0
+    // passes through, and so does NaN (0·inf: a query group whose Σq² overflows where the
+    // token's scale is 0), which the check below turns into +inf as sqrtf would; mapping it to
+    // 0 gave a finite c_t without u's other groups (found in session 15).
+    const float c2 = ((u2 > 0.0f ? u2 * rsqrtf(u2) : u2) + be) * (float)WC_C_EVAL_SLACK;
+    return c2 <= WC_F32_MAX ? c2 : INFINITY;
+}
+
 template <int NGC, int G>
 __device__ __forceinline__ void v2_c_tier_b(const u16 (&ks)[8], bool valid, const float (*bq1)[8],
                                             const float (*bq2)[8], float (&c)[G]) {
@@ -137,21 +178,7 @@ __device__ __forceinline__ void v2_c_tier_b(const u16 (&ks)[8], bool valid, cons
         s2[gr] = __fmul_rn(s1[gr], s1[gr]);
     }
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-        float u2 = 0.0f, be = 0.0f;
-#pragma unroll
-        for (int gr = 0; gr < NGC; ++gr) {
-            u2 += s2[gr] * bq2[g][gr];
-            be += s1[gr] * bq1[g][gr];
-        }
-        // sqrt as u2·rsqrt(u2): within a few ulps, far inside C_EVAL_SLACK (as extend_tc).  u2 = 0
-        // passes through, and so does NaN (0·inf: a query group whose Σq² overflows where the
-        // token's scale is 0), which the check below turns into +inf as sqrtf would; mapping it to
-        // 0 gave a finite c_t without u's other groups (found in session 15).
-        float c2 = ((u2 > 0.0f ? u2 * rsqrtf(u2) : u2) + be) * (float)WC_C_EVAL_SLACK;
-        c2 = c2 <= WC_F32_MAX ? c2 : INFINITY;
-        c[g] = fminf(c[g], c2);
-    }
+    for (int g = 0; g < G; ++g) c[g] = fminf(c[g], v2_c_b<NGC>(s1, s2, bq1[g], bq2[g]));
 }
 
 template <int G, bool FP16>
@@ -196,7 +223,7 @@ __host__ __device__ constexpr int v2_min_blocks(int G, bool fp16) {
 
 // BITS = 0: the pool stores fp16 rows (Fp16Pool: a scheme's x̂ or the exact values, Tier A only);
 // the rows are converted to fp32 instead of dequantized (`codes` then points at the fp16 values).
-template <int G, int BITS, bool PLAIN>
+template <int G, int BITS, bool PLAIN, bool SPLIT = PLAIN>
 __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decode_stage1_v2(
     const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
     const u16* __restrict__ outl, const u16* __restrict__ wit, const int* __restrict__ bypass_ch,
@@ -207,10 +234,11 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     float log_budget, float beta_steps) {
     static_assert(BITS == 0 || BITS == 8 || BITS == 16 || BITS == 24, "BITS: 0 (fp16 rows), 8, 16 or 24");
     static_assert(!(PLAIN && BITS == 0), "PLAIN: INT8 pools (an Fp16Pool's certificate is Tier A)");
+    static_assert(!SPLIT || PLAIN, "SPLIT: the channel split is a PLAIN layout");
     constexpr bool FP16 = BITS == 0;
     constexpr int NXW = 4 * v2_calls(BITS);  // dither words per 16-channel chunk
     constexpr int D = V2_D;
-    constexpr int KU = V2_KUNROLL, VU = V2_VUNROLL;  // chunk unrolls (the pragma takes no macros)
+    constexpr int KU = V2_KUNROLL, VU = V2_VUNROLL, BU = V2_BAL_UNROLL;  // chunk unrolls (the pragma takes no macros)
     __shared__ __align__(16) float q_s[G][D];
     __shared__ __align__(16) float bq2[G][8];  // 2 (sm²/12) Q2_g log(2S/δ_loc) per scale group (gs >= 16)
     __shared__ __align__(16) float bq1[G][8];  // sm Q1_g (2^-(m+1) + 2^-15)
@@ -219,17 +247,23 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     __shared__ __align__(16) float Vs[V2_TILE][V2_PAD];
     // INT8: the tile's staged rows per side, codes [0, 32) and fp16 scales [32, 36) in words; a
     // pitch of 36 words puts a quarter-warp's 16-byte reads of 8 rows (lane = token) on distinct banks
-    __shared__ __align__(16) u32 ctile[2][V2_TILE][FP16 ? 4 : V2_CPITCH];
+    __shared__ __align__(16) u32 ctile[SPLIT ? 1 : 2][V2_TILE][(FP16 || SPLIT) ? 4 : V2_CPITCH];
     __shared__ __align__(16) float P[G][V2_TILE];
     __shared__ float sc_s[G];   // this tile's rescale of o per head
-    __shared__ float LT[1 + V2_LAMBDA_LAG][G][V2_TILE];  // the tile's logits (log2 units), for the V warp's λ
+    __shared__ float LT[SPLIT ? 1 : 1 + V2_LAMBDA_LAG][SPLIT ? 1 : G][V2_TILE];  // the tile's logits (log2 units), for the V warp's λ
     // V warp: a tile's c_t per lane until its λ step (V2_LAMBDA_LAG: at the next phase A), and in
     // column G 1 where the lane's token is valid.  In registers (G + 1, carried over the loop's back
     // edge) they were live through the K warp's code too, since ptxas cannot see that a thread stays
     // on its side; here the same bits ran 0–1.7% faster (run 110).  The pitch is odd, so the lanes'
     // stores of one column hit distinct banks.
-    __shared__ float cbuf[V2_TILE][(G + 1) | 1];
+    __shared__ float cbuf[SPLIT ? 1 : V2_TILE][(G + 1) | 1];
     __shared__ float st[G][5];  // per head at the end: m, l, m2, l2, cmax
+    // SPLIT (bench/NOTES.md, session 20): warp w's staged halves [w][side][token] of both sides'
+    // rows; per head and token, the first warp's sum of q·k̂ over chunks 0–3 (xd) and the second
+    // warp's chunk sums 4–7 (xp).  (All eight sums would cost 2.7 KB more, and a sixth CTA per SM.)
+    __shared__ __align__(16) u32 ctb[SPLIT ? 2 * 2 * V2_TILE * V2_BPITCH : 4];
+    __shared__ float xd[SPLIT ? G : 1][V2_TILE];
+    __shared__ float xp[SPLIT ? G : 1][4][V2_TILE];
 
     griddep_enter(GD_STAGE1_EARLY);  // before the first global access (griddep.cuh)
     const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -279,6 +313,17 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     float(&m2)[G] = mx_;
     float(&l2)[G] = sm_;
     float(&cmx)[G] = cm_;
+    // SPLIT: each warp keeps its own heads' statistics, [glo, glo + gn): the softmax's m and l (bm,
+    // bl), λ's running maximum and sum and cmax (bm2, bl2, bcm)
+    constexpr int GA = v2_heads_a(G);
+    const int glo = side * GA, gn = side ? G - GA : GA;
+    float bm[GA], bl[GA], bm2[GA], bl2[GA], bcm[GA];
+#pragma unroll
+    for (int j = 0; j < GA; ++j) {
+        bm[j] = bm2[j] = -INFINITY;
+        bl[j] = bl2[j] = 0.0f;
+        bcm[j] = 0.0f;
+    }
 
     if (ta < tb) {  // CTA-uniform: an empty split (past its request's pages) goes straight to its outputs
     const bool byp = NP2 > 0;  // outlier channels carry their exact fp16 values (SPEC §3)
@@ -294,23 +339,41 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     // rows, coalesced in global memory and one wavefront per row in shared memory (a row per lane
     // took 32 wavefronts per instruction: Nsight Compute, run 36).  Each lane copies its own row's
     // scales.  Visibility: each thread's cp.async.wait_all, then a __syncwarp.  Warp-uniform calls.
-    u32* crow = &ctile[side][lane][0];
+    // SPLIT: warp w stages channels [64w, 64w + 64) of both sides' rows (four lanes a half row, eight
+    // half rows an instruction) and its own token's scales of both sides, into its part of `ctb`.
+    u32* crow = &ctile[SPLIT ? 0 : side][lane][0];
     auto stage_rows = [&](u32 slot_) {
+        if constexpr (SPLIT) {
 #pragma unroll
-        for (int i = 0; i < (FP16 ? 0 : V2_TILE / 4); ++i) {
-            const int r = 4 * i + (lane >> 3);
-            const i64 row = row_base + __shfl_sync(0xffffffffu, slot_, r);
-            cp_async16(&ctile[side][r][4 * (lane & 7)], codes + row * D + 16 * (lane & 7));
+            for (int sd = 0; sd < 2; ++sd) {
+                const i64 rb = (((i64)layer * 2 + sd) * H + h) * N;
+                u32* dst = &ctb[(side * 2 + sd) * V2_TILE * V2_BPITCH];
+#pragma unroll
+                for (int i = 0; i < V2_TILE / 8; ++i) {
+                    const int r = 8 * i + (lane >> 2);
+                    const i64 row = rb + __shfl_sync(0xffffffffu, slot_, r);
+                    cp_async16(dst + r * V2_BPITCH + 4 * (lane & 3), codes + row * D + 64 * side + 16 * (lane & 3));
+                }
+                cp_async8(dst + lane * V2_BPITCH + 16, scales + (rb + slot_) * 4);  // NG = 4
+            }
+            cp_async_commit();
+        } else {
+#pragma unroll
+            for (int i = 0; i < (FP16 ? 0 : V2_TILE / 4); ++i) {
+                const int r = 4 * i + (lane >> 3);
+                const i64 row = row_base + __shfl_sync(0xffffffffu, slot_, r);
+                cp_async16(&ctile[side][r][4 * (lane & 7)], codes + row * D + 16 * (lane & 7));
+            }
+            if (FP16) return;
+            const u16* ss = scales + (row_base + slot_) * NG;
+            switch (NG) {  // the row's scales: 2·NG bytes, aligned to their size
+                case 8: cp_async16(crow + 32, ss); break;
+                case 4: cp_async8(crow + 32, ss); break;
+                case 2: cp_async4(crow + 32, ss); break;
+                default: reinterpret_cast<u16*>(crow + 32)[0] = ss[0]; break;
+            }
+            cp_async_commit();
         }
-        if (FP16) return;
-        const u16* ss = scales + (row_base + slot_) * NG;
-        switch (NG) {  // the row's scales: 2·NG bytes, aligned to their size
-            case 8: cp_async16(crow + 32, ss); break;
-            case 4: cp_async8(crow + 32, ss); break;
-            case 2: cp_async4(crow + 32, ss); break;
-            default: reinterpret_cast<u16*>(crow + 32)[0] = ss[0]; break;
-        }
-        cp_async_commit();
     };
     int pg = page_of(ta);
     i64 sl = slot_at(ta, pg);
@@ -370,6 +433,176 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     }
     __syncthreads();
 
+    // ---- C: channels 2·tid, 2·tid + 1 of every head's output (a warp reads 256 contiguous bytes
+    // of a V̂ row: two wavefronts)
+    auto phase_c = [&]() {
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            acc[g][0] *= sc_s[g];
+            acc[g][1] *= sc_s[g];
+        }
+#pragma unroll 2
+        for (int t = 0; t < V2_TILE; t += 4) {
+            const float2 v0 = *reinterpret_cast<const float2*>(&Vs[t][2 * tid]);
+            const float2 v1 = *reinterpret_cast<const float2*>(&Vs[t + 1][2 * tid]);
+            const float2 v2 = *reinterpret_cast<const float2*>(&Vs[t + 2][2 * tid]);
+            const float2 v3 = *reinterpret_cast<const float2*>(&Vs[t + 3][2 * tid]);
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                const float4 pp = *reinterpret_cast<const float4*>(&P[g][t]);
+                acc[g][0] += pp.x * v0.x;
+                acc[g][0] += pp.y * v1.x;
+                acc[g][0] += pp.z * v2.x;
+                acc[g][0] += pp.w * v3.x;
+                acc[g][1] += pp.x * v0.y;
+                acc[g][1] += pp.y * v1.y;
+                acc[g][1] += pp.z * v2.y;
+                acc[g][1] += pp.w * v3.y;
+            }
+        }
+    };
+    if constexpr (SPLIT) {
+    // ---- SPLIT: the two warps split each row's channels instead of the sides (bench/NOTES.md,
+    // session 20: the K warp's phase A was the step's critical path, the V warp's was not on it).
+    // Per tile, warp w (lane = token):
+    //   A1. chunks 4w .. 4w + 3 of the token's K row: for every head, the first warp's running
+    //       sum of the chunk sums into xd, the second warp's chunk sums into xp;
+    //   — barrier —
+    //   A2. chunks 4w .. 4w + 3 of the token's V row into V̂; then the warp's own heads (v2_heads_a):
+    //       the logit as xd plus the four sums of xp in chunk order (the general path's blocked
+    //       sum, bit for bit) and the tile's softmax; the next tile's half rows start loading;
+    //       c_t and λ's step wait for the next tile's A1 (below);
+    //   — barrier —
+    //   C. as the general path.
+    // The next tile's A1 writes only xd and xp, read before the second barrier, and its A2's writes of
+    // V̂, P and the rescales follow its first barrier, which both warps reach after this tile's C:
+    // two barriers per tile, as before.
+    const u32* ck = &ctb[((side * 2 + 0) * V2_TILE + lane) * V2_BPITCH];  // the token's K half row
+    const u32* cv = &ctb[((side * 2 + 1) * V2_TILE + lane) * V2_BPITCH];  // and its V half row
+    const u16* sk = reinterpret_cast<const u16*>(ck + 16);
+    const u16* sv = reinterpret_cast<const u16*>(cv + 16);
+    // a chunk of the staged half row: its code words, its dither words (counter chunk NC·kg + i,
+    // kg = the chunk's place in the whole row) and its scale (zero past the split's end)
+    auto half_chunk = [&](const u32* cr, const u16* sr, int k, int sd, bool valid, u32 slot, u32 (&cw)[4],
+                          u32 (&xw)[NXW]) {
+        constexpr int NC = v2_calls(BITS);
+        const int kg = 4 * side + k;
+#pragma unroll
+        for (int i = 0; i < NC; ++i) {
+            const u32x4 w = philox10(slot, dither_ctr1(sd, NC * kg + i), ctr2, 0u, k0, k1);
+            xw[4 * i] = w.x, xw[4 * i + 1] = w.y, xw[4 * i + 2] = w.z, xw[4 * i + 3] = w.w;
+        }
+        const uint4 c4 = *reinterpret_cast<const uint4*>(cr + 4 * k);
+        cw[0] = c4.x, cw[1] = c4.y, cw[2] = c4.z, cw[3] = c4.w;
+        return valid ? f16_to_f32(sr[(16 * kg) >> V2_PLAIN_GS_SHIFT]) : 0.0f;
+    };
+    // c_t (Tier B) and λ's step for the warp's heads of a valid token of the previous tile, from its
+    // logits and its K scales kept in registers: taken in the next tile's A1, among the K half's
+    // Philox chains, and once more after the last tile (against main's kernel in the same run: B = 1,
+    // 28/4, 32k from 1.047× to 1.019× of it, the other shapes within 0.6%; runs 162–163).  The
+    // general path's operations, in the same token order (same bits).
+    float lag_lt[GA], lag_s1[4];
+    bool lag_on = false;
+    auto lambda_lagged = [&]() {
+        float s2[4];
+#pragma unroll
+        for (int gr = 0; gr < 4; ++gr) s2[gr] = __fmul_rn(lag_s1[gr], lag_s1[gr]);
+#pragma unroll
+        for (int j = 0; j < GA; ++j)
+            if (j < gn) {
+                const float c = fminf(INFINITY, v2_c_b<4>(lag_s1, s2, bq1[glo + j], bq2[glo + j]));
+                bcm[j] = fmaxf(bcm[j], c);  // infinite c_t: λ = +inf at the end ("no guarantee")
+                if (c != INFINITY) {
+                    const float x = lag_lt[j] + c * V2_LOG2E;
+                    const bool up = x > bm2[j];
+                    const float e = exp2f(up ? bm2[j] - x : x - bm2[j]);
+                    bl2[j] = up ? bl2[j] * e + 1.0f : bl2[j] + e;
+                    bm2[j] = up ? x : bm2[j];
+                }
+            }
+    };
+    for (i64 t0 = ta; t0 < tb; t0 += V2_TILE) {
+        const bool valid = sl >= 0;
+        const u32 slot = valid ? (u32)sl : 0u;
+        cp_async_wait_all();
+        __syncwarp();  // the lanes that copied this thread's half rows
+        // ---- A1
+        float run[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) run[g] = 0.0f;
+#pragma unroll (BU)
+        for (int k = 0; k < 4; ++k) {
+            u32 cw[4], xw[NXW];
+            const float sb = half_chunk(ck, sk, k, 0, valid, slot, cw, xw);
+            float x[16];
+            v2_dequant<BITS>(cw, xw, sb, x);
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                float part = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 16; e += 4) {
+                    const float4 qq = *reinterpret_cast<const float4*>(&q_s[g][64 * side + 16 * k + e]);
+                    part += qq.x * x[e];
+                    part += qq.y * x[e + 1];
+                    part += qq.z * x[e + 2];
+                    part += qq.w * x[e + 3];
+                }
+                run[g] = run[g] + part;
+                if (side) xp[g][k][lane] = part;
+            }
+        }
+        if (lag_on) lambda_lagged();  // the previous tile's (lag_on: certified, a valid token)
+        if (!side)
+#pragma unroll
+            for (int g = 0; g < G; ++g) xd[g][lane] = run[g];
+        __syncthreads();
+        // ---- A2: the V half
+#pragma unroll (BU)
+        for (int k = 0; k < 4; ++k) {
+            u32 cw[4], xw[NXW];
+            const float sb = half_chunk(cv, sv, k, 1, valid, slot, cw, xw);
+            float x[16];
+            v2_dequant<BITS>(cw, xw, sb, x);
+            float* dst = &Vs[lane][64 * side + 16 * k];
+#pragma unroll
+            for (int e = 0; e < 16; e += 4) *reinterpret_cast<float4*>(dst + e) = make_float4(x[e], x[e + 1], x[e + 2], x[e + 3]);
+        }
+        // ---- A2: the warp's heads (entries past gn are computed on zeros and never stored)
+        float dot[GA], lt[GA], sc[GA], p[GA];
+#pragma unroll
+        for (int j = 0; j < GA; ++j) {
+            dot[j] = 0.0f;
+            if (j < gn) {
+                dot[j] = xd[glo + j][lane];
+#pragma unroll
+                for (int kk = 0; kk < 4; ++kk) dot[j] = dot[j] + xp[glo + j][kk][lane];
+            }
+        }
+        tile_logits<GA>(dot, sm2, valid, lt, poisoned);  // ℓ̃ in log2 units
+        softmax_tile_steps<GA>(lt, valid, bm, sc, p);
+#pragma unroll
+        for (int j = 0; j < GA; ++j)
+            if (j < gn) {
+                bl[j] = bl[j] * sc[j] + p[j];
+                P[glo + j][lane] = p[j];
+                if (lane == 0) sc_s[glo + j] = sc[j];
+            }
+        lag_on = tier && valid;  // this tile's certificate inputs, for the next A1
+#pragma unroll
+        for (int j = 0; j < GA; ++j) lag_lt[j] = lt[j];
+#pragma unroll
+        for (int gr = 0; gr < 4; ++gr) lag_s1[gr] = f16_to_f32(sk[gr]);
+        // the next tile's half rows start loading (this warp's lanes are done reading these) and its
+        // page ids are read, both in flight through phase C
+        sl = slot_at(t0 + V2_TILE, pg);
+        __syncwarp();
+        if (t0 + V2_TILE < tb) stage_rows(sl < 0 ? 0u : (u32)sl);  // warp-uniform
+        pg = page_of(t0 + 2 * V2_TILE);
+        __syncthreads();
+        phase_c();
+    }
+    if (lag_on) lambda_lagged();  // the last tile's
+    } else {
     // V warp: cmax and λ's sum under its own running maximum for one token (a tile's c_t in cbuf,
     // its logits in LT[buf]), one exponential per token: 2^{-|x − m2|} scales either the old sum (a
     // new maximum) or the new term
@@ -516,36 +749,12 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         // ---- the certificate (V warp, lane = token), unless it waits for the next phase A
         if (!V2_LAMBDA_LAG && side == 1 && tier && valid) lambda_step(0);
 
-        // ---- C: channels 2·tid, 2·tid + 1 of every head's output (a warp reads 256 contiguous bytes
-        // of a V̂ row: two wavefronts)
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-            acc[g][0] *= sc_s[g];
-            acc[g][1] *= sc_s[g];
-        }
-#pragma unroll 2
-        for (int t = 0; t < V2_TILE; t += 4) {
-            const float2 v0 = *reinterpret_cast<const float2*>(&Vs[t][2 * tid]);
-            const float2 v1 = *reinterpret_cast<const float2*>(&Vs[t + 1][2 * tid]);
-            const float2 v2 = *reinterpret_cast<const float2*>(&Vs[t + 2][2 * tid]);
-            const float2 v3 = *reinterpret_cast<const float2*>(&Vs[t + 3][2 * tid]);
-#pragma unroll
-            for (int g = 0; g < G; ++g) {
-                const float4 pp = *reinterpret_cast<const float4*>(&P[g][t]);
-                acc[g][0] += pp.x * v0.x;
-                acc[g][0] += pp.y * v1.x;
-                acc[g][0] += pp.z * v2.x;
-                acc[g][0] += pp.w * v3.x;
-                acc[g][1] += pp.x * v0.y;
-                acc[g][1] += pp.y * v1.y;
-                acc[g][1] += pp.z * v2.y;
-                acc[g][1] += pp.w * v3.y;
-            }
-        }
+        phase_c();
         __syncthreads();
     }
     // the last tile's λ step (its logits are visible: the loop's last barrier)
     if (V2_LAMBDA_LAG && side == 1 && tier && cbuf[lane][G] != 0.0f) lambda_step(par ^ 1);
+    }  // (the general path)
     }
     griddep_late(GD_STAGE1_EARLY);
 
@@ -553,7 +762,35 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     // memory, then o, lse, λ, cmax
     // (every head's butterfly one level at a time, so the heads' shuffles overlap: the same sums
     // and maxima as warp_sum and warp_max per head; run 124: head after head took 1.1–1.6 µs at B = 1)
-    if (side == 0) {  // the softmax statistics
+    if constexpr (SPLIT) {  // each warp its own heads' (the general path's operations, head by head)
+        warp_sums<GA>(bl);
+        float M2[GA];
+#pragma unroll
+        for (int j = 0; j < GA; ++j) M2[j] = bm2[j];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+            for (int j = 0; j < GA; ++j) M2[j] = fmaxf(M2[j], __shfl_xor_sync(0xffffffffu, M2[j], off));
+#pragma unroll
+        for (int j = 0; j < GA; ++j) bl2[j] = bm2[j] == -INFINITY ? 0.0f : bl2[j] * exp2f(bm2[j] - M2[j]);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+            for (int j = 0; j < GA; ++j) {
+                bl2[j] += __shfl_xor_sync(0xffffffffu, bl2[j], off);
+                bcm[j] = fmaxf(bcm[j], __shfl_xor_sync(0xffffffffu, bcm[j], off));
+            }
+        if (lane == 0)
+#pragma unroll
+            for (int j = 0; j < GA; ++j)
+                if (j < gn) {
+                    st[glo + j][0] = bm[j];
+                    st[glo + j][1] = bl[j];
+                    st[glo + j][2] = bcm[j] == INFINITY ? INFINITY : M2[j];
+                    st[glo + j][3] = bl2[j];
+                    st[glo + j][4] = bcm[j];
+                }
+    } else if (side == 0) {  // the softmax statistics
         warp_sums<G>(l);
         if (lane == 0)
 #pragma unroll
@@ -625,9 +862,16 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                                                  const int*, const int*, const int*, const int*, const int*,  \
                                                  float*, float*, float*, float*, i64, int, int, int, int, int, \
                                                  int, int, int, int, int, int, u32, u32, float, float, float);
+// PLAIN with the sides split between the warps (the general path's layout; small batches)
+#define WC_V2_INST_SIDES(G, BITS)                                                                          \
+    template __global__ void decode_stage1_v2<G, BITS, true, false>(const float*, const i8*, const u16*, const u16*, \
+                                                 const u16*, const int*, const int*, const int*, const int*,  \
+                                                 const int*, float*, float*, float*, float*, i64, int, int, int, \
+                                                 int, int, int, int, int, int, int, int, u32, u32, float, float, float);
 #define WC_V2_INST(G)                                                                                     \
     WC_V2_INST1(G, 0, false) WC_V2_INST1(G, 8, false) WC_V2_INST1(G, 16, false) WC_V2_INST1(G, 24, false)  \
-    WC_V2_INST1(G, 8, true) WC_V2_INST1(G, 16, true) WC_V2_INST1(G, 24, true)
+    WC_V2_INST1(G, 8, true) WC_V2_INST1(G, 16, true) WC_V2_INST1(G, 24, true)                                \
+    WC_V2_INST_SIDES(G, 8) WC_V2_INST_SIDES(G, 16) WC_V2_INST_SIDES(G, 24)
 #ifdef WITCERT_INSTANTIATE_ALL
 WC_V2_INST(1)
 WC_V2_INST(2)

@@ -48,9 +48,11 @@ def test_compiles_for_sm90_without_spills_or_warnings(name, tmp_path):
                     assert any(f"decode_stage1ILi{d}ELi{g}E{f}E" in e for e in entries), (d, g, f)
     if name == "decode_v2.cu":
         for g in range(1, 9):
-            for bits in (0, 8, 16, 24):  # fp16 stores, INT8 at each dither resolution; PLAIN for INT8
-                for plain in ((0, 1) if bits else (0,)):
-                    assert any(f"decode_stage1_v2ILi{g}ELi{bits}ELb{plain}EE" in e for e in entries), (g, bits, plain)
+            for bits in (0, 8, 16, 24):  # fp16 stores, INT8 at each dither resolution; PLAIN for INT8,
+                # with the warps on the sides (split 0) or on each row's channels (split 1)
+                for plain, split in (((0, 0), (1, 0), (1, 1)) if bits else ((0, 0),)):
+                    name = f"decode_stage1_v2ILi{g}ELi{bits}ELb{plain}ELb{split}EE"
+                    assert any(name in e for e in entries), (g, bits, plain, split)
     if name == "decode_f16.cu":  # (G, warps, certified)
         for g in range(1, 9):
             for w in (1, 2):
@@ -217,14 +219,14 @@ def test_merge_shared_memory_formula_is_the_kernel_s():
 
 def _patched_sources(tmp_path, patch):
     """A copy of the shipped kernels under ``tmp_path`` with ``bench/variants/<patch>`` applied (the
-    patch must apply), and a source instantiating decode_stage1_v2<7, 8, true> from it: (the
-    copy's cuda/, that source)."""
+    patch must apply), and a source instantiating decode_stage1_v2<7, 8, true, false> from it — the
+    layout a B = 1 step runs, which the tools measure: (the copy's cuda/, that source)."""
     shutil.copytree(_cuda.kernel_dir(), tmp_path / "cuda")
     path = Path(__file__).resolve().parents[1] / "bench" / "variants" / patch
     out = subprocess.run(["git", "apply", str(path)], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     v2 = tmp_path / "v2.cu"
-    v2.write_text('#include "decode_v2.cu"\nWC_V2_INST1(7, 8, true)\n')
+    v2.write_text('#include "decode_v2.cu"\nWC_V2_INST_SIDES(7, 8)\n')
     return tmp_path / "cuda", v2
 
 

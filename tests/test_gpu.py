@@ -1043,10 +1043,11 @@ def test_staged_tile_kernel_agrees_with_the_general_one(G, page, bits):
         assert np.all(np.isfinite(r.o[3].get()))
 
 
-def _relaunched_with(plan, template):
+def _relaunched_with(plan, template, extra_options=()):
     """The plan's outputs (:func:`_written`, on the host) after a step whose stage 1 is ``template``,
-    another instantiation of the plan's kernel, launched with the plan's own arguments."""
-    fn = _cuda.kernel("decode_v2.cu", None, template)
+    another instantiation of the plan's kernel (built with ``extra_options`` besides the library's),
+    launched with the plan's own arguments."""
+    fn = _cuda.kernel("decode_v2.cu", None, template, extra_options)
     plan._stage1 = _launch.Launcher(fn, plan.grid1, (plan.block1,), plan.args1, plan.smem1, pdl=_cuda._pdl())
     plan.launch()
     return [a.get() for a in _written(plan)]
@@ -1054,10 +1055,16 @@ def _relaunched_with(plan, template):
 
 @pytest.mark.parametrize("G,bits,page", [(1, 16, 16), (4, 8, 16), (4, 24, 1), (7, 8, 16), (7, 16, 1), (8, 24, 16)])
 def test_plain_instantiation_gives_the_general_one_s_bits(G, bits, page):
-    """decode_stage1_v2<G, BITS, true> holds the default layout (no outlier channels, 32-channel
-    scale groups, no Tier-A term) as constants: the launch layer takes it for such a pool and step,
-    and it gives the general instantiation's bits, certified (Tier B) and not, over ragged lengths,
-    an empty request, one-token and one-tile requests and split counts that cut pages."""
+    """decode_stage1_v2<G, BITS, true, SPLIT> holds the default layout (no outlier channels,
+    32-channel scale groups, no Tier-A term) as constants; with SPLIT its two warps split each row's
+    channels where the general instantiation's split the sides (bench/NOTES.md, session 20).  The
+    launch layer takes PLAIN for such a pool and step, with the sides below V2_SPLIT_MIN_PAIRS
+    (request, kv head) pairs and the split from there.  Certified (Tier B) and not, over ragged
+    lengths, an empty request, one-token and one-tile requests and split counts that cut pages:
+    the sides give the general instantiation's bits, and the split gives them too once the general
+    one's dot products are blocked by chunk at every G as the split's are (V2_BLOCKED_DOT; the
+    general default is one chain from G = 7).  A batch of 16 pairs takes the split, and each of its
+    requests gets the bits it gets in the smaller batch."""
     H, d = 2, 128
     cfg = wc.QuantConfig(d, seed=G, dither_bits=bits)
     lengths = [1, 31, 33, 700, 0, 1500]
@@ -1065,18 +1072,33 @@ def test_plain_instantiation_gives_the_general_one_s_bits(G, bits, page):
                                cfg=cfg, massive=[(3, 50.0)], backend="cuda")
     q = cp.asarray((np.random.default_rng(G).standard_normal((len(lengths), H * G, d)) * 2).astype(np.float32))
     ip, ix, ll = on_device(pg, tg)
+    # the same requests and two more (repeats of requests 3 and 5, sharing their pages): 8·H = 16 pairs
+    idx = [0, 1, 2, 3, 4, 5, 3, 5]
+    iph, ixh = ip.get(), ix.get()
+    chunks = [ixh[iph[b]:iph[b + 1]] for b in idx]
+    big = (cp.asarray(np.concatenate([[0], np.cumsum([len(c) for c in chunks])]).astype(np.int32)),
+           cp.asarray(np.concatenate(chunks).astype(np.int32)), ll[cp.asarray(idx)])
+    assert len(idx) * H == _cuda.V2_SPLIT_MIN_PAIRS
     for cert in (wc.CertConfig(tier="B", num_layers=2, steps=4), None):
         for ns in (None, 1, 7):
             plan = pg._dev.plan(q, 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns)
-            assert plan.stage1_template == f"decode_stage1_v2<{G}, {bits}, true>"
+            assert plan.stage1_template == f"decode_stage1_v2<{G}, {bits}, true, false>"
             plan.launch()
-            plain = [a.get() for a in _written(plan)]
+            sides = [a.get() for a in _written(plan)]
+            split = _relaunched_with(plan, f"decode_stage1_v2<{G}, {bits}, true>")
             general = _relaunched_with(plan, f"decode_stage1_v2<{G}, {bits}, false>")
-            assert len(plain) == (4 if cert else 2)
-            for a, b in zip(plain, general):
-                assert np.array_equal(a.view(np.uint32 if a.dtype == np.float32 else np.uint64),
-                                      b.view(np.uint32 if b.dtype == np.float32 else np.uint64))
-            assert np.all(np.isfinite(plain[0]))
+            blocked = _relaunched_with(plan, f"decode_stage1_v2<{G}, {bits}, false>", ("-DV2_BLOCKED_DOT=1",))
+            assert len(sides) == (4 if cert else 2)
+            for x, y in [*zip(sides, general), *zip(split, blocked)]:
+                assert np.array_equal(x.view(np.uint32 if x.dtype == np.float32 else np.uint64),
+                                      y.view(np.uint32 if y.dtype == np.float32 else np.uint64))
+            assert np.all(np.isfinite(sides[0])) and np.all(np.isfinite(split[0]))
+            if ns is not None:
+                plan8 = pg._dev.plan(q[cp.asarray(idx)], 0, *big, 1 / math.sqrt(d), cert, ns)
+                assert plan8.stage1_template == f"decode_stage1_v2<{G}, {bits}, true>"
+                plan8.launch()
+                for x, y in zip(_written(plan8), split):
+                    assert np.array_equal(x.get()[:len(lengths)], y, equal_nan=True)
 
 
 @pytest.mark.parametrize("page", [16, 1])
@@ -1130,14 +1152,15 @@ def test_plain_instantiation_poisons_a_launch_off_its_layout(what):
     plan.launch()
     o, _, log_a, _ = [a.get() for a in _written(plan)]
     assert np.all(np.isfinite(o)) and np.all(np.isfinite(log_a))
-    o, _, log_a, tv = _relaunched_with(plan, f"decode_stage1_v2<{G}, 8, true>")
-    assert np.all(np.isnan(o)) and np.all(log_a == np.inf) and np.all(tv == 1.0)
+    for layout in ("true", "true, false"):  # the channel split, and the sides
+        o, _, log_a, tv = _relaunched_with(plan, f"decode_stage1_v2<{G}, 8, {layout}>")
+        assert np.all(np.isnan(o)) and np.all(log_a == np.inf) and np.all(tv == 1.0)
 
 
 @pytest.mark.parametrize("filename,template", [
     *[("decode_f16.cu", f"decode_stage1_f16<{G}, 1, {c}>") for G in (4, 7, 8) for c in ("false", "true")],
     *[("decode_v2.cu", f"decode_stage1_v2<{G}, {bits}, {p}>") for G in (4, 7, 8) for bits in (0, 8, 24)
-      for p in (("false", "true") if bits else ("false",))]])
+      for p in (("false", "true", "true, false") if bits else ("false",))]])
 def test_decode_kernels_as_built_on_the_device_use_no_local_memory(filename, template):
     """The stage-1 kernels as CuPy builds them here (this NVRTC, this driver): no local memory at the
     head counts of common models (G = 4, 7, 8).  Run 75's profile of decode_stage1_f16<7, 1, false>

@@ -139,6 +139,11 @@ V2_THREADS = 64
 # the scale group of decode_stage1_v2's PLAIN instantiation: 2^V2_PLAIN_GS_SHIFT of cuda/decode_v2.cu
 # (the same test checks it)
 V2_PLAIN_GROUP_SIZE = 32
+# PLAIN's warps split each row's channels (SPLIT, cuda/decode_v2.cu) from this many (request, kv head)
+# pairs per step, and the sides below it.  Measured (run 163, same process as the sides): at B = 8
+# and 32 (32 to 256 pairs) the split was 5.3–7.5% faster certified and 7.8–11.8% uncertified; at
+# B = 1 (4 and 8 pairs) it ranged from 2.6% faster (28/4, 4k) to 3.7% slower (32/8, 32k).
+V2_SPLIT_MIN_PAIRS = 16
 
 
 # warps per split of decode_stage1_f16<G, W, CERT> (cuda/decode_f16.cu): one.  Two warps splitting
@@ -648,10 +653,12 @@ class DecodePlan:
         elif stage1 == "v2":  # the second template argument: dither bits, 0 for fp16 rows
             # the third: the default layout as constants (no outlier channels, 32-channel groups, no
             # Tier-A term; decode_v2.cu), the same results in less code
+            # (the channel split, a fourth argument, by the batch: V2_SPLIT_MIN_PAIRS)
             plain = (not dev.fp16_store and bypass.shape[-1] == 0 and gs == V2_PLAIN_GROUP_SIZE
                      and not cert_mod.tier_code(cert) & 1)
+            split = plain and B * p.num_kv_heads >= V2_SPLIT_MIN_PAIRS
             self.stage1_template = (f"decode_stage1_v2<{G}, {0 if dev.fp16_store else bits}, "
-                                    f"{'true' if plain else 'false'}>")
+                                    f"{'true' if plain else 'false'}{'' if split or not plain else ', false'}>")
             self.stage1 = kernel("decode_v2.cu", None, self.stage1_template)
         else:
             fp16 = "true" if dev.fp16_store else "false"
