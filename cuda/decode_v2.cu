@@ -78,8 +78,8 @@
 // four chunks interleave.  Measured (run 161, G = 7 and 4): 4.7–5.5% faster than one chunk at
 // B >= 8 (two chunks: 0.5–2.9%), 1–2% at B = 1.  Without spills under nvcc 13.0 at every G and
 // resolution but G <= 3 at 24 bits, whose 128 registers take two.
-#ifndef V2_BAL_UNROLL
-#define V2_BAL_UNROLL ((G <= 3 && BITS == 24) ? 2 : 4)
+#ifndef V2_SPLIT_UNROLL
+#define V2_SPLIT_UNROLL ((G <= 3 && BITS == 24) ? 2 : 4)
 #endif
 // INT8 dot products blocked by 16-channel chunk up to G = 6 (run 48: the error of v2's logits
 // fell to the general kernel's, at no cost at G = 4; at G = 7 it cost 4–5%, so one chain there)
@@ -147,8 +147,6 @@ __device__ __forceinline__ void v2_f16x8(const uint4& r, bool valid, float (&x)[
     for (int e = 0; e < 8; ++e) x[e] = valid ? f16_to_f32((u16)(wd[e / 2] >> (16 * (e % 2)))) : 0.0f;
 }
 
-// c_t of one token for every head (SPEC §4): Tier A from its K witness row, Tier B from its K
-// scales (NGC groups), c = min of the two; a token past the split's end counts zero scales
 // Tier B's c_t of one token for one head from the token's scales s1 (squared: s2) over NGC groups
 // and the head's group coefficients (bq1, bq2 rows)
 template <int NGC>
@@ -168,6 +166,8 @@ __device__ __forceinline__ float v2_c_b(const float (&s1)[NGC], const float (&s2
     return c2 <= WC_F32_MAX ? c2 : INFINITY;
 }
 
+// c_t of one token for every head (SPEC §4): Tier A from its K witness row, Tier B from its K
+// scales (NGC groups), c = min of the two; a token past the split's end counts zero scales
 template <int NGC, int G>
 __device__ __forceinline__ void v2_c_tier_b(const u16 (&ks)[8], bool valid, const float (*bq1)[8],
                                             const float (*bq2)[8], float (&c)[G]) {
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     constexpr bool FP16 = BITS == 0;
     constexpr int NXW = 4 * v2_calls(BITS);  // dither words per 16-channel chunk
     constexpr int D = V2_D;
-    constexpr int KU = V2_KUNROLL, VU = V2_VUNROLL, BU = V2_BAL_UNROLL;  // chunk unrolls (the pragma takes no macros)
+    constexpr int KU = V2_KUNROLL, VU = V2_VUNROLL, BU = V2_SPLIT_UNROLL;  // chunk unrolls (the pragma takes no macros)
     __shared__ __align__(16) float q_s[G][D];
     __shared__ __align__(16) float bq2[G][8];  // 2 (sm²/12) Q2_g log(2S/δ_loc) per scale group (gs >= 16)
     __shared__ __align__(16) float bq1[G][8];  // sm Q1_g (2^-(m+1) + 2^-15)
