@@ -76,10 +76,11 @@
 #endif
 // SPLIT's chunks unrolled per half row (four: the whole half), so that the Philox chains of the
 // four chunks interleave.  Measured (run 161, G = 7 and 4): 4.7–5.5% faster than one chunk at
-// B >= 8 (two chunks: 0.5–2.9%), 1–2% at B = 1.  Without spills under nvcc 13.0 at every G and
-// resolution but G <= 3 at 24 bits, whose 128 registers take two.
+// B >= 8 (two chunks: 0.5–2.9%), 1–2% at B = 1.  Without spills at every G and resolution but two
+// at 24 bits, which take two chunks: G <= 3 (128 registers; nvcc 13.0) and G = 6 (168; NVRTC 13.0
+// spilled 4 bytes, nvcc none).
 #ifndef V2_SPLIT_UNROLL
-#define V2_SPLIT_UNROLL ((G <= 3 && BITS == 24) ? 2 : 4)
+#define V2_SPLIT_UNROLL (((G <= 3 || G == 6) && BITS == 24) ? 2 : 4)
 #endif
 // INT8 dot products blocked by 16-channel chunk up to G = 6 (run 48: the error of v2's logits
 // fell to the general kernel's, at no cost at G = 4; at G = 7 it cost 4–5%, so one chain there)
