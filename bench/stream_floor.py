@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -36,28 +36,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from witcert_cupy import _cuda  # noqa: E402
 
+# single launches timed with events, as the floor ladder's levels are (bench/decode_floor.py)
+_spec = importlib.util.spec_from_file_location("bench_decode_floor", Path(__file__).resolve().parent / "decode_floor.py")
+_floor = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_floor)
+time_events = _floor.time_events
+
 WARPS = 4  # per CTA
 SMEM_PER_SM = 227 * 1024
-
-
-def time_events(fn, reps):
-    """Median µs of one launch of ``fn`` (CUDA events), after two warm-up launches."""
-    for _ in range(2):
-        fn()
-    cp.cuda.Device().synchronize()
-    ts = []
-    for _ in range(reps):
-        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
-    return statistics.median(ts)
-
-
-def resident(fn, block, smem):
-    return int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, block, smem))
 
 
 def main():
@@ -88,7 +74,7 @@ def main():
 
     for U in (1, 4, 8, 16):
         fn = _cuda.kernel("bench_stream.cu", f"stream_ldg_u{U}")
-        nb = resident(fn, 256, 0)
+        nb = _cuda._resident_ctas(fn, 256, 0)
         grid = sms * nb
         n16 = nbytes // 16
         us = time_events(lambda: fn((grid,), (256,), (buf, np.int64(n16), sink)), args.reps)
@@ -106,7 +92,7 @@ def main():
                 # mbarriers, no CTA resident, a division by zero below)
                 if smem > fn.max_dynamic_shared_size_bytes:
                     fn.max_dynamic_shared_size_bytes = smem
-                nb_max = resident(fn, 32 * WARPS, smem)
+                nb_max = _cuda._resident_ctas(fn, 32 * WARPS, smem)
                 if nb_max == 0:
                     continue
                 for cap in sorted({min(nb_max, 2), min(nb_max, 3), nb_max}):
@@ -138,7 +124,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"stream-floor-{datetime.date.today().isoformat()}.json"
     meta = dict(device=cp.cuda.runtime.getDeviceProperties(dev.id)["name"].decode(), sms=sms, buffer_bytes=nbytes,
-                reps=args.reps, timing="median of CUDA events around single launches, after two warm-ups")
+                reps=args.reps, timing="median of CUDA events around single launches (bench/decode_floor.py time_events)")
     path.write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
     print(f"[stream] wrote {path}")
 

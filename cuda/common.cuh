@@ -36,6 +36,8 @@ typedef unsigned char u8;
 #define NAN __int_as_float(0x7fffffff)
 #endif
 #define WC_F32_MIN_NORMAL 1.1754943508222875e-38f
+// log2(e) as the float nearest it: the decodes keep logits in log2 units (exp2)
+#define WC_LOG2E 1.4426950408889634f
 
 #ifdef __CUDA_ARCH__
 WC_D u32 f32_bits(float x) { return __float_as_uint(x); }
@@ -279,6 +281,21 @@ WC_D void softmax_tile_steps(const float (&lt)[G], bool valid, float (&m)[G], fl
         sc[g] = live ? exp2f(m[g] - mn) : 1.0f;
         p[g] = live && valid ? exp2f(lt[g] - mn) : 0.0f;
         m[g] = mn;
+    }
+}
+
+// λ's step (SPEC §6) for one valid token of one head, with c_t `c` and logit `lt` (log2 units):
+// cmax, then λ's sum l2 under its own running maximum m2, one exponential per token: 2^{-|x − m2|}
+// scales either the old sum (a new maximum) or the new term.  An infinite c_t makes cmax infinite,
+// which is how a split's end tells λ = +inf ("no guarantee").
+WC_D void lambda_add(float c, float lt, float& m2, float& l2, float& cmx) {
+    cmx = fmaxf(cmx, c);
+    if (c != INFINITY) {
+        const float x = lt + c * WC_LOG2E;
+        const bool up = x > m2;
+        const float e = exp2f(up ? m2 - x : x - m2);
+        l2 = up ? l2 * e + 1.0f : l2 + e;
+        m2 = up ? x : m2;
     }
 }
 

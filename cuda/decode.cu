@@ -35,7 +35,7 @@
 #define DEC_THREADS 128
 #define DEC_WARPS (DEC_THREADS / 32)
 #define VEC 8
-#define LOG2E 1.4426950408889634f
+#define LOG2E WC_LOG2E
 #define LN2 0.6931471805599453f
 #define PW 128  // tokens per page-contribution window (>= the largest page size, a multiple of TOK_STEP)
 

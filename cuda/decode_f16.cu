@@ -44,7 +44,7 @@
 
 #include "decode_f16_geometry.cuh"
 
-#define F16_LOG2E 1.4426950408889634f
+#define F16_LOG2E WC_LOG2E
 #define F16_LN2 0.6931471805599453f
 
 // the fp16 values of a 32-bit word, exactly, as fp32 (ptxas converts each half in place)
@@ -408,20 +408,7 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
 #pragma unroll
                 for (int j = 0; j < CPL; ++j) acc[g][j] *= scg[g];  // o's rescale, before this tile's P·V
                 P[g][lane] = p[g];
-                if (CERT && certifier && tier && valid) {
-                    // λ's sum under its own running maximum, one exponential per token:
-                    // 2^{-|x − m2|} scales either the old sum (a new maximum) or the new term;
-                    // an infinite c_t makes cmax infinite, which is how the end tells λ = +inf
-                    const float c = ct[g];
-                    cmx[g] = fmaxf(cmx[g], c);
-                    if (c != INFINITY) {
-                        const float x = lt[g] + c * F16_LOG2E;
-                        const bool up = x > m2[g];
-                        const float e = exp2f(up ? m2[g] - x : x - m2[g]);
-                        l2[g] = up ? l2[g] * e + 1.0f : l2[g] + e;
-                        m2[g] = up ? x : m2[g];
-                    }
-                }
+                if (CERT && certifier && tier && valid) lambda_add(ct[g], lt[g], m2[g], l2[g], cmx[g]);
             }
 
             // K(i+1) loads under this tile's P·V and the next tile's set-up (issued once the

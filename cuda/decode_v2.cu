@@ -103,7 +103,7 @@
 // PLAIN's scale group: 32 channels (QuantConfig's default group_size; witcert_cupy/_cuda.py's
 // V2_PLAIN_GROUP_SIZE, checked to agree by tests/test_cuda_compile.py)
 #define V2_PLAIN_GS_SHIFT 5
-#define V2_LOG2E 1.4426950408889634f
+#define V2_LOG2E WC_LOG2E
 #define V2_LN2 0.6931471805599453f
 // SPLIT's staged half row (one side, one warp): 16 words of codes (64 channels), then the token's
 // four fp16 scales (2 words, padded to 4 so that rows stay 16-byte aligned); a pitch of 20 words
@@ -484,18 +484,12 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     const u16* sv = reinterpret_cast<const u16*>(cv + 16);
     // a chunk of the staged half row: its code words, its dither words (counter chunk NC·kg + i,
     // kg = the chunk's place in the whole row) and its scale (zero past the split's end)
+    // (v2_chunk_inputs on a half row: its codes from the half row's base 16 words back, which stays
+    // inside ctb, so that chunk kg's words sit at 4·kg as in a whole row)
     auto half_chunk = [&](const u32* cr, const u16* sr, int k, int sd, bool valid, u32 slot, u32 (&cw)[4],
                           u32 (&xw)[NXW]) {
-        constexpr int NC = v2_calls(BITS);
-        const int kg = 4 * side + k;
-#pragma unroll
-        for (int i = 0; i < NC; ++i) {
-            const u32x4 w = philox10(slot, dither_ctr1(sd, NC * kg + i), ctr2, 0u, k0, k1);
-            xw[4 * i] = w.x, xw[4 * i + 1] = w.y, xw[4 * i + 2] = w.z, xw[4 * i + 3] = w.w;
-        }
-        const uint4 c4 = *reinterpret_cast<const uint4*>(cr + 4 * k);
-        cw[0] = c4.x, cw[1] = c4.y, cw[2] = c4.z, cw[3] = c4.w;
-        return valid ? f16_to_f32(sr[(16 * kg) >> V2_PLAIN_GS_SHIFT]) : 0.0f;
+        return v2_chunk_inputs<BITS>(cr - 16 * side, sr, 4 * side + k, sd, gs_shift, valid, slot, ctr2, k0, k1, cw,
+                                     xw);
     };
     // c_t (Tier B) and λ's step for the warp's heads of a valid token of the previous tile, from its
     // logits and its K scales kept in registers: taken in the next tile's A1, among the K half's
@@ -510,17 +504,9 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         for (int gr = 0; gr < 4; ++gr) s2[gr] = __fmul_rn(lag_s1[gr], lag_s1[gr]);
 #pragma unroll
         for (int j = 0; j < GA; ++j)
-            if (j < gn) {
-                const float c = fminf(INFINITY, v2_c_b<4>(lag_s1, s2, bq1[glo + j], bq2[glo + j]));
-                bcm[j] = fmaxf(bcm[j], c);  // infinite c_t: λ = +inf at the end ("no guarantee")
-                if (c != INFINITY) {
-                    const float x = lag_lt[j] + c * V2_LOG2E;
-                    const bool up = x > bm2[j];
-                    const float e = exp2f(up ? bm2[j] - x : x - bm2[j]);
-                    bl2[j] = up ? bl2[j] * e + 1.0f : bl2[j] + e;
-                    bm2[j] = up ? x : bm2[j];
-                }
-            }
+            if (j < gn)  // (fminf(∞, ·): the general path's c = min(Tier A's +inf, Tier B's))
+                lambda_add(fminf(INFINITY, v2_c_b<4>(lag_s1, s2, bq1[glo + j], bq2[glo + j])), lag_lt[j], bm2[j],
+                           bl2[j], bcm[j]);
     };
     for (i64 t0 = ta; t0 < tb; t0 += V2_TILE) {
         const bool valid = sl >= 0;
@@ -609,17 +595,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     // new maximum) or the new term
     auto lambda_step = [&](int buf) {
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
-            const float c = cbuf[lane][g];
-            cmx[g] = fmaxf(cmx[g], c);  // infinite c_t: λ = +inf at the end ("no guarantee")
-            if (c != INFINITY) {
-                const float x = LT[buf][g][lane] + c * V2_LOG2E;
-                const bool up = x > m2[g];
-                const float e = exp2f(up ? m2[g] - x : x - m2[g]);
-                l2[g] = up ? l2[g] * e + 1.0f : l2[g] + e;
-                m2[g] = up ? x : m2[g];
-            }
-        }
+        for (int g = 0; g < G; ++g) lambda_add(cbuf[lane][g], LT[buf][g][lane], m2[g], l2[g], cmx[g]);
     };
     int par = 0;         // the tile's LT buffer
     for (i64 t0 = ta; t0 < tb; t0 += V2_TILE, par ^= V2_LAMBDA_LAG) {

@@ -656,9 +656,8 @@ class DecodePlan:
             # (the channel split, a fourth argument, by the batch: V2_SPLIT_MIN_PAIRS)
             plain = (not dev.fp16_store and bypass.shape[-1] == 0 and gs == V2_PLAIN_GROUP_SIZE
                      and not cert_mod.tier_code(cert) & 1)
-            split = plain and B * p.num_kv_heads >= V2_SPLIT_MIN_PAIRS
-            self.stage1_template = (f"decode_stage1_v2<{G}, {0 if dev.fp16_store else bits}, "
-                                    f"{'true' if plain else 'false'}{'' if split or not plain else ', false'}>")
+            layout = ("true" if B * p.num_kv_heads >= V2_SPLIT_MIN_PAIRS else "true, false") if plain else "false"
+            self.stage1_template = f"decode_stage1_v2<{G}, {0 if dev.fp16_store else bits}, {layout}>"
             self.stage1 = kernel("decode_v2.cu", None, self.stage1_template)
         else:
             fp16 = "true" if dev.fp16_store else "false"
