@@ -38,6 +38,10 @@ typedef unsigned char u8;
 #define WC_F32_MIN_NORMAL 1.1754943508222875e-38f
 // log2(e) as the float nearest it: the decodes keep logits in log2 units (exp2)
 #define WC_LOG2E 1.4426950408889634f
+// log2(e) rounded up, and ln 2 as a float (which is above it): bounds carried into and out of log2
+// units with upward rounding stay bounds
+#define WC_LOG2E_UP 1.4426951408386230f  // 0x3FB8AA3C
+#define WC_LN2 0.6931471805599453f  // 0x3F317218, the float nearest ln 2, lies above it
 
 #ifdef __CUDA_ARCH__
 WC_D u32 f32_bits(float x) { return __float_as_uint(x); }
@@ -284,19 +288,29 @@ WC_D void softmax_tile_steps(const float (&lt)[G], bool valid, float (&m)[G], fl
     }
 }
 
-// λ's step (SPEC §6) for one valid token of one head, with c_t `c` and logit `lt` (log2 units):
-// cmax, then λ's sum l2 under its own running maximum m2, one exponential per token: 2^{-|x − m2|}
-// scales either the old sum (a new maximum) or the new term.  An infinite c_t makes cmax infinite,
-// which is how a split's end tells λ = +inf ("no guarantee").
+// λ's sum (SPEC §6) under its own running maximum m2 for one more term 2^x (log2 units): 2^{m2 − mn}
+// rescales the old sum and 2^{x − mn} is the new term, one of the two being 2^0 = 1, so the values
+// are those of the form that selects between l2·2^{m2−x} + 1 (a new maximum) and l2 + 2^{x−m2},
+// without its compare and select (bench/NOTES.md, session 21).  x = +inf (an infinite c_t, or an
+// overflowing sum) leaves m2 = +inf, which every caller's end turns into λ = +inf whatever l2 holds.
+WC_D void lambda_sum(float x, float& m2, float& l2) {
+    const float mn = fmaxf(m2, x);
+    l2 = fmaf(l2, exp2f(m2 - mn), exp2f(x - mn));
+    m2 = mn;
+}
+
+// λ's step for one valid token of one head, c_t `c` in natural units (≥ 0, or +inf: "no guarantee",
+// which makes cmax infinite) and logit `lt` in log2 units: cmax, then λ's sum
 WC_D void lambda_add(float c, float lt, float& m2, float& l2, float& cmx) {
     cmx = fmaxf(cmx, c);
-    if (c != INFINITY) {
-        const float x = lt + c * WC_LOG2E;
-        const bool up = x > m2;
-        const float e = exp2f(up ? m2 - x : x - m2);
-        l2 = up ? l2 * e + 1.0f : l2 + e;
-        m2 = up ? x : m2;
-    }
+    lambda_sum(lt + c * WC_LOG2E, m2, l2);
+}
+
+// the same with c_t already in log2 units (`c2`, its coefficients scaled by C_EVAL_SLACK·log2 e,
+// docs/certificate.md §6); cmx is then in log2 units too
+WC_D void lambda_add_log2(float c2, float lt, float& m2, float& l2, float& cmx2) {
+    cmx2 = fmaxf(cmx2, c2);
+    lambda_sum(lt + c2, m2, l2);
 }
 
 // Stage-1 split statistics of one (row, split) (SPEC §6): a poisoned split carries NaN lse and an

@@ -36,7 +36,7 @@
 #define DEC_WARPS (DEC_THREADS / 32)
 #define VEC 8
 #define LOG2E WC_LOG2E
-#define LN2 0.6931471805599453f
+#define LN2 WC_LN2
 #define PW 128  // tokens per page-contribution window (>= the largest page size, a multiple of TOK_STEP)
 
 struct DecodeArgs {

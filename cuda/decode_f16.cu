@@ -45,7 +45,7 @@
 #include "decode_f16_geometry.cuh"
 
 #define F16_LOG2E WC_LOG2E
-#define F16_LN2 0.6931471805599453f
+#define F16_LN2 WC_LN2
 
 // the fp16 values of a 32-bit word, exactly, as fp32 (ptxas converts each half in place)
 __device__ __forceinline__ void f16_pair(u32 w, float& lo, float& hi) {

@@ -104,7 +104,7 @@
 // V2_PLAIN_GROUP_SIZE, checked to agree by tests/test_cuda_compile.py)
 #define V2_PLAIN_GS_SHIFT 5
 #define V2_LOG2E WC_LOG2E
-#define V2_LN2 0.6931471805599453f
+#define V2_LN2 WC_LN2
 // SPLIT's staged half row (one side, one warp): 16 words of codes (64 channels), then the token's
 // four fp16 scales (2 words, padded to 4 so that rows stay 16-byte aligned); a pitch of 20 words
 // puts a quarter-warp's 16-byte reads of 8 rows (lane = token) on distinct banks
@@ -148,9 +148,13 @@ __device__ __forceinline__ void v2_f16x8(const uint4& r, bool valid, float (&x)[
     for (int e = 0; e < 8; ++e) x[e] = valid ? f16_to_f32((u16)(wd[e / 2] >> (16 * (e % 2)))) : 0.0f;
 }
 
-// Tier B's c_t of one token for one head from the token's scales s1 (squared: s2) over NGC groups
-// and the head's group coefficients (bq1, bq2 rows)
-template <int NGC>
+// Tier B's c_t of one token for one head in log2 units (docs/certificate.md §6: the coefficients carry
+// C_EVAL_SLACK·log2 e, rounded up) from the token's scales s1 (squared: s2) over NGC groups and the
+// head's group coefficients (bq1, bq2 rows).  GUARD: a coefficient may be +inf (a query whose Σq²
+// overflows), and 0·inf = NaN becomes +inf.  PLAIN's coefficients are finite (an overflowing head is
+// flagged instead, `cinf`) and its scales are finite wherever the logits are (a non-finite scale
+// poisons the split: no bypass channels), so its c_t is finite or +inf without the check.
+template <int NGC, bool GUARD>
 __device__ __forceinline__ float v2_c_b(const float (&s1)[NGC], const float (&s2)[NGC], const float* bq1g,
                                         const float* bq2g) {
     float u2 = 0.0f, be = 0.0f;
@@ -159,17 +163,19 @@ __device__ __forceinline__ float v2_c_b(const float (&s1)[NGC], const float (&s2
         u2 += s2[gr] * bq2g[gr];
         be += s1[gr] * bq1g[gr];
     }
-    // sqrt as u2·rsqrt(u2): within a few ulps, far inside C_EVAL_SLACK (as extend_tc).  u2 = 0
-    // passes through, and so does NaN (0·inf: a query group whose Σq² overflows where the
-    // token's scale is 0), which the check below turns into +inf as sqrtf would; mapping it to
-    // 0 gave a finite c_t without u's other groups (found in session 15).
-    const float c2 = ((u2 > 0.0f ? u2 * rsqrtf(u2) : u2) + be) * (float)WC_C_EVAL_SLACK;
-    return c2 <= WC_F32_MAX ? c2 : INFINITY;
+    // sqrt.approx: within a few ulps, far inside C_EVAL_SLACK (as extend_tc; one instruction where
+    // u2·rsqrt(u2) and its zero guard took four).  sqrt(0) = 0, and NaN (0·inf: a query group whose
+    // Σq² overflows where the token's scale is 0) passes through, which the GUARD turns into +inf as
+    // sqrtf would; mapping it to 0 gave a finite c_t without u's other groups (session 15).
+    float u;
+    asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(u) : "f"(u2));
+    const float c2 = u + be;
+    return GUARD ? (c2 <= WC_F32_MAX ? c2 : INFINITY) : c2;
 }
 
-// c_t of one token for every head (SPEC §4): Tier A from its K witness row, Tier B from its K
-// scales (NGC groups), c = min of the two; a token past the split's end counts zero scales
-template <int NGC, int G>
+// c_t of one token for every head (SPEC §4) in log2 units: Tier A from its K witness row, Tier B from
+// its K scales (NGC groups), c = min of the two; a token past the split's end counts zero scales
+template <int NGC, int G, bool GUARD>
 __device__ __forceinline__ void v2_c_tier_b(const u16 (&ks)[8], bool valid, const float (*bq1)[8],
                                             const float (*bq2)[8], float (&c)[G]) {
     float s1[NGC], s2[NGC];
@@ -179,10 +185,10 @@ __device__ __forceinline__ void v2_c_tier_b(const u16 (&ks)[8], bool valid, cons
         s2[gr] = __fmul_rn(s1[gr], s1[gr]);
     }
 #pragma unroll
-    for (int g = 0; g < G; ++g) c[g] = fminf(c[g], v2_c_b<NGC>(s1, s2, bq1[g], bq2[g]));
+    for (int g = 0; g < G; ++g) c[g] = fminf(c[g], v2_c_b<NGC, GUARD>(s1, s2, bq1[g], bq2[g]));
 }
 
-template <int G, bool FP16>
+template <int G, bool FP16, bool GUARD>
 __device__ __forceinline__ void v2_token_c(const u16 (&ks)[8], bool valid, int NG, int tier, int NB,
                                            const u16* __restrict__ wrow, const float (*a_band)[64],
                                            const float (*bq1)[8], const float (*bq2)[8], float (&c)[G]) {
@@ -198,17 +204,14 @@ __device__ __forceinline__ void v2_token_c(const u16 (&ks)[8], bool valid, int N
             for (int g = 0; g < G; ++g) ca[g] += a_band[g][bb] * wv;
         }
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
-            const float c1 = ca[g] * (float)WC_C_EVAL_SLACK;
-            c[g] = c1 <= WC_F32_MAX ? c1 : INFINITY;
-        }
+        for (int g = 0; g < G; ++g) c[g] = ca[g] <= WC_F32_MAX ? ca[g] : INFINITY;  // (a_band carries the slack)
     }
     if (!FP16 && (tier & 2)) {  // (an Fp16Pool has Tier A only) the group count is a power of two
         switch (NG) {
-            case 8: v2_c_tier_b<8, G>(ks, valid, bq1, bq2, c); break;
-            case 4: v2_c_tier_b<4, G>(ks, valid, bq1, bq2, c); break;
-            case 2: v2_c_tier_b<2, G>(ks, valid, bq1, bq2, c); break;
-            default: v2_c_tier_b<1, G>(ks, valid, bq1, bq2, c); break;
+            case 8: v2_c_tier_b<8, G, GUARD>(ks, valid, bq1, bq2, c); break;
+            case 4: v2_c_tier_b<4, G, GUARD>(ks, valid, bq1, bq2, c); break;
+            case 2: v2_c_tier_b<2, G, GUARD>(ks, valid, bq1, bq2, c); break;
+            default: v2_c_tier_b<1, G, GUARD>(ks, valid, bq1, bq2, c); break;
         }
     }
 }
@@ -241,9 +244,12 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     constexpr int D = V2_D;
     constexpr int KU = V2_KUNROLL, VU = V2_VUNROLL, BU = V2_SPLIT_UNROLL;  // chunk unrolls (the pragma takes no macros)
     __shared__ __align__(16) float q_s[G][D];
+    // the certificate's coefficients per query head, each times C_EVAL_SLACK·log2 e (squared for
+    // bq2) rounded up, so that c_t comes out in log2 units with its slack (docs/certificate.md §6)
     __shared__ __align__(16) float bq2[G][8];  // 2 (sm²/12) Q2_g log(2S/δ_loc) per scale group (gs >= 16)
     __shared__ __align__(16) float bq1[G][8];  // sm Q1_g (2^-(m+1) + 2^-15)
-    __shared__ float a_band[G][64];
+    __shared__ float a_band[G][64];            // sm ||q_b|| per band
+    __shared__ int cinf[G];  // PLAIN: the head's Tier-B coefficients overflow (c_t = +inf for every token)
     __shared__ short oidx[D];
     __shared__ __align__(16) float Vs[V2_TILE][V2_PAD];
     // INT8: the tile's staged rows per side, codes [0, 32) and fp16 scales [32, 36) in words; a
@@ -388,10 +394,13 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         q_s[idx / D][idx % D] = qr[i];
     }
     for (int c = tid; c < D; c += V2_THREADS) oidx[c] = -1;
+    if (tid < G) cinf[tid] = 0;
     __syncthreads();
     for (int j = tid; j < NP2; j += V2_THREADS) oidx[bypass_ch[h * NP2 + j]] = (short)j;
     __syncthreads();
     const float log_term = log_budget + logf((float)max(S, (i64)1));
+    // (K1, K2: not k1, the Philox key)
+    const float K1 = __fmul_ru((float)WC_C_EVAL_SLACK, WC_LOG2E_UP), K2 = __fmul_ru(K1, K1);
     if (tier & 2) {
         for (int idx = tid; idx < G * NG; idx += V2_THREADS) {
             const int g = idx / NG, ch0 = (idx % NG) * gs;
@@ -416,8 +425,14 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                     q1 += fabsf(v[e]);
                 }
             }
-            bq2[g][idx % NG] = 2.0f * (sm * sm / 12.0f) * q2 * log_term;
-            bq1[g][idx % NG] = sm * q1 * beta_steps;
+            float a2 = __fmul_ru(2.0f * (sm * sm / 12.0f) * q2 * log_term, K2);
+            float a1 = __fmul_ru(sm * q1 * beta_steps, K1);
+            if (PLAIN && !(a2 <= WC_F32_MAX && a1 <= WC_F32_MAX)) {  // (as the extend kernel's rows)
+                a2 = a1 = 0.0f;
+                cinf[g] = 1;
+            }
+            bq2[g][idx % NG] = a2;
+            bq1[g][idx % NG] = a1;
         }
     }
     if (tier & 1) {
@@ -429,10 +444,18 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                 const float v = q_s[g][band_ch[bb * per + j]];
                 acc2 += v * v;
             }
-            a_band[g][bb] = sm * sqrtf(acc2);
+            a_band[g][bb] = __fmul_ru(sm * sqrtf(acc2), K1);
         }
     }
     __syncthreads();
+    if constexpr (PLAIN) {  // a head whose coefficients overflow has c_t = +inf at every token: so has cmax
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+            if (cinf[g]) cmx[g] = INFINITY;
+#pragma unroll
+        for (int j = 0; j < GA; ++j)
+            if (j < gn && cinf[glo + j]) bcm[j] = INFINITY;
+    }
 
     // ---- C: channels 2·tid, 2·tid + 1 of every head's output (a warp reads 256 contiguous bytes
     // of a V̂ row: two wavefronts)
@@ -504,9 +527,9 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         for (int gr = 0; gr < 4; ++gr) s2[gr] = __fmul_rn(lag_s1[gr], lag_s1[gr]);
 #pragma unroll
         for (int j = 0; j < GA; ++j)
-            if (j < gn)  // (fminf(∞, ·): the general path's c = min(Tier A's +inf, Tier B's))
-                lambda_add(fminf(INFINITY, v2_c_b<4>(lag_s1, s2, bq1[glo + j], bq2[glo + j])), lag_lt[j], bm2[j],
-                           bl2[j], bcm[j]);
+            if (j < gn)  // (the general path's c = min(Tier A's +inf, Tier B's): the same, c_t is not NaN)
+                lambda_add_log2(v2_c_b<4, false>(lag_s1, s2, bq1[glo + j], bq2[glo + j]), lag_lt[j], bm2[j],
+                                bl2[j], bcm[j]);
     };
     for (i64 t0 = ta; t0 < tb; t0 += V2_TILE) {
         const bool valid = sl >= 0;
@@ -595,7 +618,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     // new maximum) or the new term
     auto lambda_step = [&](int buf) {
 #pragma unroll
-        for (int g = 0; g < G; ++g) lambda_add(cbuf[lane][g], LT[buf][g][lane], m2[g], l2[g], cmx[g]);
+        for (int g = 0; g < G; ++g) lambda_add_log2(cbuf[lane][g], LT[buf][g][lane], m2[g], l2[g], cmx[g]);
     };
     int par = 0;         // the tile's LT buffer
     for (i64 t0 = ta; t0 < tb; t0 += V2_TILE, par ^= V2_LAMBDA_LAG) {
@@ -709,7 +732,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                 }
             }
             if (tier) {  // c_t, kept for the λ step
-                v2_token_c<G, FP16>(ks, valid, NG, tier, NB, wit + rowK * NB, a_band, bq1, bq2, ct);
+                v2_token_c<G, FP16, !PLAIN>(ks, valid, NG, tier, NB, wit + rowK * NB, a_band, bq1, bq2, ct);
 #pragma unroll
                 for (int g = 0; g < G; ++g) cbuf[lane][g] = ct[g];
                 cbuf[lane][G] = valid ? 1.0f : 0.0f;
@@ -828,8 +851,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         const float M = st[g][0], L = st[g][1], M2 = st[g][2], L2 = st[g][3];
         // back to natural-log units: the maxima were kept in log2 units
         store_split_stats(o, poisoned, L, M * V2_LN2 + logf(L),
-                          M2 == INFINITY ? INFINITY : (L2 > 0.0f ? M2 * V2_LN2 + logf(L2) : -INFINITY), st[g][4],
-                          lse_part, lam_part, cmax_part);
+                          M2 == INFINITY ? INFINITY : (L2 > 0.0f ? M2 * V2_LN2 + logf(L2) : -INFINITY),
+                          __fmul_ru(st[g][4], V2_LN2), lse_part, lam_part, cmax_part);  // cmax kept in log2 units
     }
 }
 

@@ -45,8 +45,8 @@
 #define XT_D 128
 #define XT_NG 4       // scale groups of 32 channels
 #define XT_LOG2E WC_LOG2E
-#define XT_LN2 0.6931471805599453f   // rounds to 0x3F317218, above ln 2
-#define XT_LOG2E_UP 1.4426951408386230f  // 0x3FB8AA3C: the float just above log2(e)
+#define XT_LN2 WC_LN2
+#define XT_LOG2E_UP WC_LOG2E_UP
 
 #define XT_WARPS 8
 #ifndef XT_WGMMA

@@ -709,6 +709,38 @@ def test_certificate_is_infinite_where_a_query_group_overflows(stage1):
             assert np.all(r.tv_bound.get() == 1.0)
 
 
+@pytest.mark.parametrize("layout,min_pairs", [("true, false", 10**9), ("true", 1)])
+def test_plain_certificate_is_infinite_on_the_overflowing_heads_only(layout, min_pairs, monkeypatch):
+    """PLAIN (the sides and the split) scales its Tier-B coefficients by C_EVAL_SLACK·log2 e and
+    flags a head whose coefficients overflow instead of carrying +inf into c_t (bench/NOTES.md,
+    session 21).  On the inputs of the test above with the overflowing group on heads 1 and 3 of
+    each group of 4 only (in the split, one head of each warp), those heads get cmax = log A = +inf
+    and tv_bound 1 as on the CPU backend, and the other heads the CPU's cmax and log A within fp32
+    evaluation."""
+    monkeypatch.setattr(_cuda, "V2_SPLIT_MIN_PAIRS", min_pairs)
+    pc, tc, q = overflowing_query_group_case("cpu")
+    pg, tg, _ = overflowing_query_group_case("cuda")
+    ip, ix, ll = on_device(pg, tg)
+    G = 4
+    over = (np.arange(q.shape[1]) % G) % 2 == 1
+    q[:, ~over, :32] = np.random.default_rng(3).standard_normal((q.shape[0], int((~over).sum()), 32))
+    cert = wc.CertConfig(tier="B")
+    plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, 1 / math.sqrt(128), cert, None)
+    assert plan.stage1_template.endswith(f", {layout}>")
+    plan.launch()
+    r = plan.result()
+    rc = _decode(pc, tc, q, cert=cert)
+    cm, la = r.cmax.get(), r.log_a.get()
+    assert np.all(np.isfinite(r.o.get())) and np.all(np.isfinite(r.lse.get()))
+    assert np.all(np.isinf(rc.cmax[:, over])) and np.all(np.isfinite(rc.cmax[:, ~over]))
+    assert np.all(cm[:, over] == np.inf) and np.all(la[:, over] == np.inf)
+    assert np.all(r.tv_bound.get()[:, over] == 1.0)
+    np.testing.assert_allclose(cm[:, ~over], rc.cmax[:, ~over], rtol=3e-6)
+    lse64 = rc.lse[:, ~over]
+    assert np.all(np.abs(la[:, ~over] - rc.log_a[:, ~over])
+                  <= 4e-6 * np.maximum(1, np.abs(lse64)) + 1e-5 * rc.log_a[:, ~over])
+
+
 @pytest.mark.parametrize("W,page", [(1, 16), (1, 8), (2, 8)])
 def test_fp16_staging_by_runs_gives_the_same_bits(W, page, monkeypatch):
     """decode_stage1_f16 stages a tile whose two halves are runs of consecutive slots from two bases
