@@ -80,7 +80,7 @@
 // at 24 bits, which take two chunks: G <= 3 (128 registers; nvcc 13.0) and G = 6 (168; NVRTC 13.0
 // spilled 4 bytes, nvcc none).
 #ifndef V2_SPLIT_UNROLL
-#define V2_SPLIT_UNROLL (((G <= 3 || G == 6) && BITS == 24) ? 2 : 4)
+#define V2_SPLIT_UNROLL (((G <= 3 || G == 5 || G == 6) && BITS == 24) ? 2 : 4)
 #endif
 // INT8 dot products blocked by 16-channel chunk up to G = 6 (run 48: the error of v2's logits
 // fell to the general kernel's, at no cost at G = 4; at G = 7 it cost 4–5%, so one chain there)
