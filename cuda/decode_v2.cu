@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     // on its side; here the same bits ran 0–1.7% faster (run 110).  The pitch is odd, so the lanes'
     // stores of one column hit distinct banks.
     __shared__ float cbuf[SPLIT ? 1 : V2_TILE][(G + 1) | 1];
-    __shared__ float st[G][5];  // per head at the end: m, l, m2, l2, cmax
+    __shared__ float st[G][5];  // per head at the end: m, l, m2, l2, cmax (all in log2 units)
     // SPLIT (bench/NOTES.md, session 20): warp w's staged halves [w][side][token] of both sides'
     // rows; per head and token, the first warp's sum of q·k̂ over chunks 0–3 (xd) and the second
     // warp's chunk sums 4–7 (xp).  (All eight sums would cost 2.7 KB more, and a sixth CTA per SM.)
@@ -614,8 +614,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     if (lag_on) lambda_lagged();  // the last tile's
     } else {
     // V warp: cmax and λ's sum under its own running maximum for one token (a tile's c_t in cbuf,
-    // its logits in LT[buf]), one exponential per token: 2^{-|x − m2|} scales either the old sum (a
-    // new maximum) or the new term
+    // in log2 units; its logits in LT[buf]): common.cuh's lambda_add_log2
     auto lambda_step = [&](int buf) {
 #pragma unroll
         for (int g = 0; g < G; ++g) lambda_add_log2(cbuf[lane][g], LT[buf][g][lane], m2[g], l2[g], cmx[g]);
@@ -849,10 +848,11 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         const int g = tid;
         const i64 o = ((i64)b * Hq + h * G + g) * num_splits + s;
         const float M = st[g][0], L = st[g][1], M2 = st[g][2], L2 = st[g][3];
-        // back to natural-log units: the maxima were kept in log2 units
+        // back to natural-log units: the maxima and cmax were kept in log2 units (cmax, a bound,
+        // through the float ln 2, which is above ln 2, rounded up)
         store_split_stats(o, poisoned, L, M * V2_LN2 + logf(L),
                           M2 == INFINITY ? INFINITY : (L2 > 0.0f ? M2 * V2_LN2 + logf(L2) : -INFINITY),
-                          __fmul_ru(st[g][4], V2_LN2), lse_part, lam_part, cmax_part);  // cmax kept in log2 units
+                          __fmul_ru(st[g][4], V2_LN2), lse_part, lam_part, cmax_part);
     }
 }
 
