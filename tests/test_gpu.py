@@ -1085,7 +1085,8 @@ def _relaunched_with(plan, template, extra_options=()):
     return [a.get() for a in _written(plan)]
 
 
-@pytest.mark.parametrize("G,bits,page", [(1, 16, 16), (4, 8, 16), (4, 24, 1), (7, 8, 16), (7, 16, 1), (8, 24, 16)])
+@pytest.mark.parametrize("G,bits,page", [(1, 16, 16), (4, 8, 16), (4, 24, 1), (5, 24, 16), (6, 24, 1), (7, 8, 16),
+                                         (7, 16, 1), (8, 24, 16)])
 def test_plain_instantiation_gives_the_general_one_s_bits(G, bits, page):
     """decode_stage1_v2<G, BITS, true, SPLIT> holds the default layout (no outlier channels,
     32-channel scale groups, no Tier-A term) as constants; with SPLIT its two warps split each row's
@@ -1096,7 +1097,8 @@ def test_plain_instantiation_gives_the_general_one_s_bits(G, bits, page):
     the sides give the general instantiation's bits, and the split gives them too once the general
     one's dot products are blocked by chunk at every G as the split's are (V2_BLOCKED_DOT; the
     general default is one chain from G = 7).  A batch of 16 pairs takes the split, and each of its
-    requests gets the bits it gets in the smaller batch."""
+    requests gets the bits it gets in the smaller batch.  (G = 5 and 6 at 24 bits: the split's
+    instantiations that take two chunks a step, V2_SPLIT_UNROLL.)"""
     H, d = 2, 128
     cfg = wc.QuantConfig(d, seed=G, dither_bits=bits)
     lengths = [1, 31, 33, 700, 0, 1500]
