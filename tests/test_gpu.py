@@ -741,6 +741,40 @@ def test_plain_certificate_is_infinite_on_the_overflowing_heads_only(layout, min
                   <= 4e-6 * np.maximum(1, np.abs(lse64)) + 1e-5 * rc.log_a[:, ~over])
 
 
+@pytest.mark.parametrize("stage1", ["f16", "v2", "v1"])
+def test_fp16_store_certificate_is_infinite_where_a_band_norm_overflows(stage1):
+    """λ's step takes an infinite c_t without a branch (session 21: the lane's running maximum
+    becomes +inf, which the split's end reports as λ = +inf, whatever its sum holds).  On an
+    Fp16Pool with Tier A, query heads of entries 2e19 (every band's Σq² overflows fp32; the logits
+    stay finite) get cmax = log A = +inf and tv_bound 1 from each fp16-store stage 1, as on the CPU
+    backend, and the other heads the CPU's cmax and log A within fp32 evaluation."""
+    from test_fp16pool import build, e4m3_like
+
+    lengths = [700, 33, 1, 0, 1500]
+    pc, tc = build(np.random.default_rng(4), lengths, scheme=e4m3_like, bands=16)
+    pg, tg = build(np.random.default_rng(4), lengths, backend="cuda", scheme=e4m3_like, bands=16)
+    G = 4
+    q = (np.random.default_rng(5).standard_normal((len(lengths), 2 * G, 128)) * 2).astype(np.float32)
+    over = np.arange(2 * G) % 3 == 1
+    q[:, over, :] = 2e19
+    cert = wc.CertConfig(tier="A")
+    rc = wc.decode_attention(q, pc, layer=0, kv_indptr=tc[0], kv_indices=tc[1], kv_last_page_len=tc[2],
+                             cert=cert, num_splits=3)
+    ip, ix, ll = (cp.asarray(a) for a in tg[:3])
+    plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, 1 / math.sqrt(128), cert, 3, stage1=stage1)
+    assert plan.kernel_name == stage1
+    plan.launch()
+    r = plan.result()
+    live = np.array(lengths) > 0
+    cm, la, tvb = r.cmax.get()[live], r.log_a.get()[live], r.tv_bound.get()[live]
+    assert np.all(np.isinf(rc.cmax[live][:, over])) and np.all(np.isfinite(rc.cmax[live][:, ~over]))
+    assert np.all(cm[:, over] == np.inf) and np.all(la[:, over] == np.inf) and np.all(tvb[:, over] == 1.0)
+    np.testing.assert_allclose(cm[:, ~over], rc.cmax[live][:, ~over], rtol=3e-6)
+    lse64, la_c = np.abs(rc.lse[live][:, ~over]), rc.log_a[live][:, ~over]
+    assert np.all(np.abs(la[:, ~over] - la_c) <= 4e-6 * np.maximum(1, lse64) + 1e-5 * la_c)
+    assert np.all(np.isfinite(r.o.get()[live]))
+
+
 @pytest.mark.parametrize("W,page", [(1, 16), (1, 8), (2, 8)])
 def test_fp16_staging_by_runs_gives_the_same_bits(W, page, monkeypatch):
     """decode_stage1_f16 stages a tile whose two halves are runs of consecutive slots from two bases
