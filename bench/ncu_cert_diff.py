@@ -34,6 +34,16 @@ def launches(path):
     return out
 
 
+def n(row):
+    """Warp-level instructions executed at the row's SASS address."""
+    return int(row["Instructions Executed"] or 0)
+
+
+def smp(row):
+    """Warp-stall samples at the row's SASS address."""
+    return int(row["Warp Stall Sampling (All Samples)"] or 0)
+
+
 def opcode(src):
     words = src.split()
     op = words[1] if words[0].startswith("@") else words[0]
@@ -49,8 +59,6 @@ def main(argv=None):
     on, off = launches(args.csv)[:2]
     if len(on) != len(off) or any(a["Source"] != b["Source"] for a, b in zip(on, off)):
         raise SystemExit("the two launches are not the same kernel")
-    n = lambda r: int(r["Instructions Executed"] or 0)  # noqa: E731
-    smp = lambda r: int(r["Warp Stall Sampling (All Samples)"] or 0)  # noqa: E731
     by = {k: (collections.Counter(), collections.Counter()) for k in ("on", "off")}
     for k, rows in (("on", on), ("off", off)):
         for r in rows:

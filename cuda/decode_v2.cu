@@ -76,9 +76,10 @@
 #endif
 // SPLIT's chunks unrolled per half row (four: the whole half), so that the Philox chains of the
 // four chunks interleave.  Measured (run 161, G = 7 and 4): 4.7–5.5% faster than one chunk at
-// B >= 8 (two chunks: 0.5–2.9%), 1–2% at B = 1.  Without spills at every G and resolution but two
-// at 24 bits, which take two chunks: G <= 3 (128 registers; nvcc 13.0) and G = 6 (168; NVRTC 13.0
-// spilled 4 bytes, nvcc none).
+// B >= 8 (two chunks: 0.5–2.9%), 1–2% at B = 1.  Without spills at every G and resolution but
+// these at 24 bits, which take two chunks: G <= 3 (128 registers; nvcc 13.0), G = 5 (168; nvcc
+// 13.0 spilled 8 bytes with session 21's certificate) and G = 6 (168; NVRTC 13.0 spilled 4 bytes,
+// nvcc none).
 #ifndef V2_SPLIT_UNROLL
 #define V2_SPLIT_UNROLL (((G <= 3 || G == 5 || G == 6) && BITS == 24) ? 2 : 4)
 #endif
