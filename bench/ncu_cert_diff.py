@@ -1,7 +1,7 @@
 """What the certificate adds to a decode stage-1 kernel, by SASS opcode: an Nsight Compute source-page
 export holding two launches of the same kernel (certificate on, then off; bench/profile_decode.py
 launches them in that order) gives executed warp-instructions and stall samples per opcode for each,
-their difference, and the instructions that run only in the certified launch, per tile.
+their difference, and the instructions whose counts differ between the two, per tile.
 
     ncu --clock-control none --set full -k regex:decode_stage1_v2 -c 2 -o split \\
         python3 bench/profile_decode.py --shape 28/4
@@ -74,7 +74,7 @@ def main(argv=None):
         a, b = by["on"][0][o], by["off"][0][o]
         print(f"{o:10s} {a / args.tiles:12.1f} {b / args.tiles:10.1f} {(a - b) / args.tiles:8.1f} "
               f"{by['on'][1][o]:11d} {by['off'][1][o]:8d}")
-    print("\ninstructions executed only with the certificate (per tile; stall samples):")
+    print("\ninstructions whose counts differ (per tile with the certificate, without; stall samples):")
     for i, (a, b) in enumerate(zip(on, off)):
         if n(a) != n(b) and n(a) >= 0.5 * args.tiles:
             print(f"{i:6d} {n(a) / args.tiles:6.2f} {n(b) / args.tiles:6.2f} {smp(a):5d}  {a['Source'].strip()}")

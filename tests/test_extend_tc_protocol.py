@@ -172,3 +172,44 @@ def test_sass_summary_splits_the_roles(tmp_path, capsys):
     assert "stalls: barrier 30, wait 1" in out
     assert "== producers: 62 samples (63.3%), 48 warp-instructions per CTA-tile" in out
     assert "LOP3.LUT 40" in out
+
+
+def test_cert_diff_counts_what_the_certified_launch_adds(tmp_path, capsys):
+    """bench/ncu_cert_diff.py (session 21's profiles): per opcode, what the first launch of an export
+    (certificate on) executes beyond the second (off), per tile, and the addresses whose counts differ;
+    two launches of different kernels are refused."""
+    import csv
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "ncu_cert_diff.py"
+    spec = importlib.util.spec_from_file_location("ncu_cert_diff", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    head = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed"]
+    on = [["0x0", "FFMA.FTZ R1, R2, R3, R4", "7", "400"], ["0x10", "MUFU.SQRT R5, R6", "3", "100"],
+          ["0x20", "@P0 BRA 0x40", "1", "20"]]
+    off = [["0x0", "FFMA.FTZ R1, R2, R3, R4", "6", "300"], ["0x10", "MUFU.SQRT R5, R6", "0", "0"],
+           ["0x20", "@P0 BRA 0x40", "1", "20"]]
+
+    def export(name, second):
+        f = tmp_path / name
+        with open(f, "w", newline="") as fh:
+            w = csv.writer(fh)
+            for rows in (on, second):
+                w.writerow(["Kernel Name", "k"])
+                w.writerow(head)
+                w.writerows(rows)
+        return str(f)
+
+    mod.main([export("x.csv", off), "--tiles", "100"])
+    out = capsys.readouterr().out
+    assert "certified 520, uncertified 320, difference 200 (62.50% of the uncertified; 2.0 per tile)" in out
+    table = {line.split()[0]: line.split()[1:] for line in out.split("\n\n")[1].splitlines()[1:]}
+    assert table["FFMA"] == ["4.0", "3.0", "1.0", "7", "6"] and table["MUFU"] == ["1.0", "0.0", "1.0", "3", "0"]
+    assert table["BRA"] == ["0.2", "0.2", "0.0", "1", "1"]
+    listed = out.split("\n\n")[2].splitlines()[1:]  # the addresses whose counts differ
+    assert [line.split()[:4] for line in listed] == [["0", "4.00", "3.00", "7"], ["1", "1.00", "0.00", "3"]]
+    other = [["0x0", "FADD.FTZ R1, R2, R3", "1", "1"], *off[1:]]
+    with pytest.raises(SystemExit, match="not the same kernel"):
+        mod.main([export("y.csv", other), "--tiles", "100"])
