@@ -69,7 +69,7 @@ def main(argv=None):
           f"({100 * (ton - toff) / toff:.2f}% of the uncertified; {(ton - toff) / args.tiles:.1f} per tile)")
     print(f"stall samples: certified {sum(by['on'][1].values()):,}, uncertified {sum(by['off'][1].values()):,}")
     print(f"\n{'opcode':10s} {'per tile on':>12s} {'off':>10s} {'added':>8s} {'samples on':>11s} {'off':>8s}")
-    ops = sorted(set(by["on"][0]) | set(by["off"][0]), key=lambda o: -(by["on"][0][o] - by["off"][0][o]))
+    ops = sorted(set(by["on"][0]) | set(by["off"][0]), key=lambda o: (-(by["on"][0][o] - by["off"][0][o]), o))
     for o in ops[:args.top]:
         a, b = by["on"][0][o], by["off"][0][o]
         print(f"{o:10s} {a / args.tiles:12.1f} {b / args.tiles:10.1f} {(a - b) / args.tiles:8.1f} "
