@@ -506,14 +506,15 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     const u32* cv = &ctb[((side * 2 + 1) * V2_TILE + lane) * V2_BPITCH];  // and its V half row
     const u16* sk = reinterpret_cast<const u16*>(ck + 16);
     const u16* sv = reinterpret_cast<const u16*>(cv + 16);
-    // a chunk of the staged half row: its code words, its dither words (counter chunk NC·kg + i,
-    // kg = the chunk's place in the whole row) and its scale (zero past the split's end)
-    // (v2_chunk_inputs on a half row: its codes from the half row's base 16 words back, which stays
-    // inside ctb, so that chunk kg's words sit at 4·kg as in a whole row)
-    auto half_chunk = [&](const u32* cr, const u16* sr, int k, int sd, bool valid, u32 slot, u32 (&cw)[4],
-                          u32 (&xw)[NXW]) {
-        return v2_chunk_inputs<BITS>(cr - 16 * side, sr, 4 * side + k, sd, gs_shift, valid, slot, ctr2, k0, k1, cw,
-                                     xw);
+    // chunk k of the staged half row, dequantized into x: its code words, its dither words
+    // (counter chunk NC·kg + i, kg = the chunk's place in the whole row) and its scale (zero past
+    // the split's end) (v2_chunk_inputs on a half row: its codes from the half row's base 16 words
+    // back, which stays inside ctb, so that chunk kg's words sit at 4·kg as in a whole row)
+    auto half_chunk = [&](const u32* cr, const u16* sr, int k, int sd, bool valid, u32 slot, float (&x)[16]) {
+        u32 cw[4], xw[NXW];
+        const float sb = v2_chunk_inputs<BITS>(cr - 16 * side, sr, 4 * side + k, sd, gs_shift, valid, slot, ctr2,
+                                               k0, k1, cw, xw);
+        v2_dequant<BITS>(cw, xw, sb, x);
     };
     // c_t (Tier B) and λ's step for the warp's heads of a valid token of the previous tile, from its
     // logits and its K scales kept in registers: taken in the next tile's A1, among the K half's
@@ -543,10 +544,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         for (int g = 0; g < G; ++g) run[g] = 0.0f;
 #pragma unroll (BU)
         for (int k = 0; k < 4; ++k) {
-            u32 cw[4], xw[NXW];
-            const float sb = half_chunk(ck, sk, k, 0, valid, slot, cw, xw);
             float x[16];
-            v2_dequant<BITS>(cw, xw, sb, x);
+            half_chunk(ck, sk, k, 0, valid, slot, x);
 #pragma unroll
             for (int g = 0; g < G; ++g) {
                 float part = 0.0f;
@@ -570,10 +569,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         // ---- A2: the V half
 #pragma unroll (BU)
         for (int k = 0; k < 4; ++k) {
-            u32 cw[4], xw[NXW];
-            const float sb = half_chunk(cv, sv, k, 1, valid, slot, cw, xw);
             float x[16];
-            v2_dequant<BITS>(cw, xw, sb, x);
+            half_chunk(cv, sv, k, 1, valid, slot, x);
             float* dst = &Vs[lane][64 * side + 16 * k];
 #pragma unroll
             for (int e = 0; e < 16; e += 4) *reinterpret_cast<float4*>(dst + e) = make_float4(x[e], x[e + 1], x[e + 2], x[e + 3]);
