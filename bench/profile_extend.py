@@ -1,6 +1,6 @@
 """One launch of the tensor-core extend kernel (certificate on) for Nsight Compute, on a shape
 small enough to profile quickly (512 new tokens over an 8k prefix, 32/8 heads; ``--shape 2048/30720``
-for bench/extend.py's):
+for bench/extend.py's; ``--variant SPEC`` builds a variant as bench/extend.py's ``--variant``):
 
     ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
         --section WarpStateStats --section InstructionStats --section SchedulerStats \
@@ -26,6 +26,11 @@ class Args:
 if "--shape" in sys.argv:  # NEW/PREFIX, e.g. 2048/30720 (bench/extend.py's shape)
     Args.new, Args.prefix = (int(x) for x in sys.argv[sys.argv.index("--shape") + 1].split("/"))
 
+
+if "--variant" in sys.argv:  # a kernel variant as bench/extend.py's --variant (defines and/or src=PATH)
+    from extend import use_variant
+
+    use_variant(sys.argv[sys.argv.index("--variant") + 1])
 
 pool, k16, v16, pages, slots, q, qo, ip, last = build(Args, cp)
 res = wc.extend_attention(q, pool, layer=0, qo_indptr=cp.asarray(qo), kv_indptr=cp.asarray(ip), kv_indices=pages,
