@@ -2,14 +2,16 @@
 Hkv = 8, d = 128, page 16, against torch SDPA fp16 with the same causal structure, in one process.
 
     PYTHONPATH=. python3 bench/extend.py [--new 2048] [--prefix 30720] [--reps 20] [--out DIR]
-    # another version beside the shipped one, in the same process:
-    git show e39b038:cuda/extend_tc.cu > /tmp/x31.cu   # (copy it into the tree for the device)
+    # another version beside the shipped one, in the same process (its stage 1 must take this
+    # launch layer's arguments: x15 and later; an earlier commit's whole tree runs in its own process):
+    git show COMMIT:cuda/extend_tc.cu > /tmp/x31.cu   # (copy it into the tree for the device)
     PYTHONPATH=. python3 bench/extend.py --variant '' --variant src=/tmp/x31.cu --variant WGMMA=0
 
 Methods (each timed as a CUDA graph, median of ``--reps`` replays, events):
 
-- ``witcert_extend_tc``: ``cuda/extend_tc.cu`` + merge + certificate (Tier B), and with the
-  certificate off;
+- ``witcert_extend_tc``: ``cuda/extend_tc.cu`` (the prepass that dequantizes each tile once, stage
+  1, on sm_90) + merge + certificate (Tier B), and with the certificate off;
+- ``witcert_extend_tc_prepass``: that prepass alone (its share of the certified time);
 - ``sdpa_fp16_causal_lower_right``: torch SDPA on fp16 K/V with the lower-right causal mask (query
   ``i`` sees the prefix and new tokens ``0..i``: the extend's structure);
 - ``sdpa_fp16_nomask``: the same shapes with no mask (an upper bound on SDPA's work).
@@ -222,6 +224,12 @@ def main(argv=None):
             plan = ExtendPlan(pool._dev, q, 0, qo, cp.asarray(ip), pages, cp.asarray(last), True, sm, c, None,
                               pt.num_pages_of(0))
             times[name], _ = time_cupy([plan.launch], args.reps)
+            if c is not None and getattr(plan, "num_images", 0):  # the wgmma path's prepass alone
+                pre = f"witcert_extend_tc_prepass{tag}"
+                times[pre], _ = time_cupy([plan.prepass], args.reps)
+                moved = plan.num_images * args.hkv * (plan.work.shape[1] + 2 * 64 * (D + 8))
+                print(f"  {pre:34s} {times[pre]:10.1f} µs  {plan.num_images} images × {args.hkv} kv heads, "
+                      f"{moved / times[pre] / 1e3:.0f} GB/s (images written + codes and scales read)")
             plan.launch()
             agree = float(cp.abs(plan.lse - res.lse).max())
             print(f"  {name:34s} {times[name]:10.1f} µs  splits {plan.ns}, |lse − checked run| {agree:.1e}")
@@ -236,11 +244,14 @@ def main(argv=None):
     rows = []
     for name, us in times.items():
         rows.append(dict(method=name, n_new=args.new, prefix=args.prefix, hq=args.hq, hkv=args.hkv, d=D,
-                         page_size=PS, dither_bits=8, cert=name.startswith("witcert") and "nocert" not in name,
-                         us=us, tflops=flops / (us * 1e-6) / 1e12, ratio_sdpa=(us / base) if base else None))
+                         page_size=PS, dither_bits=8,
+                         cert=name.startswith("witcert") and "nocert" not in name and "prepass" not in name,
+                         us=us, tflops=None if "prepass" in name else flops / (us * 1e-6) / 1e12,
+                         ratio_sdpa=(us / base) if base else None))
     for r in rows:
         rs = f"{r['ratio_sdpa']:.2f}×" if r["ratio_sdpa"] else "-"
-        print(f"  {r['method']:34s} {r['us']:10.1f} µs {r['tflops']:7.1f} TFLOP/s  {rs} SDPA (causal)")
+        tf = f"{r['tflops']:7.1f}" if r["tflops"] is not None else "      -"
+        print(f"  {r['method']:34s} {r['us']:10.1f} µs {tf} TFLOP/s  {rs} SDPA (causal)")
     out = dict(date=str(datetime.date.today()), checks=checks.get("", next(iter(checks.values()))),
                variant_checks=checks, checks_ok=ok, causal_flops=flops, rows=rows)
     dest = Path(args.out) if args.out else Path(__file__).resolve().parent / "results"

@@ -22,18 +22,21 @@
 //
 // Layout: grid (num_tiles, H, num_splits); 8 row warps × 16 rows = 2 warpgroups × 64 rows.  Row r of
 // the tile is (token r / G, head r % G).  A KV tile of 64 tokens is dequantized one half-row of K or
-// of V per thread (4 Philox calls; raw codes and scales arrive by cp.async ahead) into one of two
-// shared buffers, while the rows compute on the other:
+// of V per thread (4 Philox calls, xt_dequant) into one of two shared buffers, while the rows compute
+// on the other:
 //   - logits: each warpgroup's 64 rows × 64 tokens by warpgroup mma with Q and K read from shared
 //     memory, a group's six products running while the previous group is scaled (sm_90, XT_WGMMA,
 //     the sm_90a target); elsewhere per warp by m16n8k16 mma.sync with ldmatrix fragments;
 //   - per warp: c_t by tf32 mma, the online softmax and λ (the unmasked instance for tiles that every
 //     row attends);
 //   - o += P·V̂ with P from registers (wgmma: V̂ read by the tensor cores).
-// wgmma path (block 512): two producer warpgroups (K, V) dequantize, buffers handed over by named
-// barriers (full / empty), with setmaxnreg moving registers to the rows (48 / 208).
+// wgmma path (block 512): a prepass (extend_tc_dequant) dequantizes each of the call's tiles once per
+// kv head into a workspace of tile images; stage 1's producer warpgroups bring tile i + 2 in by one
+// bulk copy while the rows compute, buffers handed over by named barriers (full / empty), with
+// setmaxnreg moving registers to the rows (48 / 208).  (Every CTA dequantizing its own copy of each
+// tile, as the mma.sync path does, cost 14% at 2048 × 30k: bench/NOTES.md, session 22.)
 // mma.sync path (block 256): every thread dequantizes the next tile while P·V̂ runs; one CTA
-// barrier per tile.  Shared memory 211 KB (dynamic); 1 CTA per SM.
+// barrier per tile.  Shared memory 192 KB (dynamic); 1 CTA per SM.
 // Never reads out of bounds: page ids outside the pool, an inconsistent kv_indptr, a bad last-page
 // length or more new tokens than the request holds poison the split (NaN output, infinite
 // certificate), as in the decode kernels; a non-finite scale in a tile poisons the split too.
@@ -57,7 +60,8 @@
 #endif
 #define XT_ROWS (16 * XT_WARPS)  // query rows per CTA: 16 per warp
 #define XT_CONSUMER_THREADS (32 * XT_WARPS)
-// wgmma path: two producer warpgroups dequantize (K, then V) while the two warpgroups of the rows
+// wgmma path: two producer warpgroups bring the tiles in (one thread's bulk copy; the 512 threads
+// keep the setmaxnreg budget below) while the two warpgroups of the rows
 // compute (4 producer warps dequantizing both sides measured 8% slower, session 10); the launch
 // layer reads this number from here
 #define XT_PRODUCER_WARPS 8
@@ -91,18 +95,18 @@ struct XtShared {
     float rowc[XT_ROWS][12];       // per row: c_t's A operands (u² coefficients [4], β coefficients [4]), ℓ̃ scale, infinite-c_t flag
     int rowlen[XT_ROWS];           // tokens the row attends (0: no query in this row)
     int rowout[XT_ROWS];           // the row's (query, head) index qi·Hq + head, or -1
-    // raw codes of the next tiles [stage][K, V][token], 144-byte rows: conflict-free reads (the wgmma
-    // path's producer keeps two tiles in flight; the mma.sync path uses stage 0)
-    int4 stg[2][2][XT_TILE][9];
-    u32 stg_sc[2][2][XT_TILE][2];  // their scales: each half-row's two groups (4 bytes)
+    // mma.sync path: raw codes of the next tile [K, V][token], 144-byte rows: conflict-free reads
+    // (the wgmma path, fed by bulk copies, uses none of it)
+    int4 stg[2][XT_TILE][9];
+    u32 stg_sc[2][XT_TILE][2];  // their scales: each half-row's two groups (4 bytes)
+    u64 tile_tx[2];                // wgmma path: buffer b's bulk copy completes on mbarrier b
 };
 // the launch layer reads this number from here (witcert_cupy/_cuda_extend.py): 8 warps, 128 rows
-#define XT_SMEM_BYTES 216064
+#define XT_SMEM_BYTES 196624
 static_assert(sizeof(XtShared) == XT_SMEM_BYTES, "XT_SMEM_BYTES must be sizeof(XtShared)");
 // dequantization items (side, token, half-row): 2 sides × 64 tokens × 2 halves, one per thread of the
 // CTA (mma.sync path) or of the producer warpgroups (wgmma path)
 static_assert(4 * XT_TILE == XT_CONSUMER_THREADS, "one half-row per thread");
-static_assert(32 * XT_PRODUCER_WARPS == 4 * XT_TILE, "one half-row per producer thread");
 static_assert(XT_PRODUCER_REGS * 32 * XT_PRODUCER_WARPS + XT_CONSUMER_REGS * XT_CONSUMER_THREADS <=
                   (65536 / (XT_CONSUMER_THREADS + 32 * XT_PRODUCER_WARPS) & ~7) *
                       (XT_CONSUMER_THREADS + 32 * XT_PRODUCER_WARPS),
@@ -230,6 +234,134 @@ WC_D float xt_quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// ---- A: dequantize one half-row item — side (0: K, 1: V), token `at` of the tile, half `hf` —
+// from its raw codes `raws` (4 × 16 bytes, read only when valid) and its two groups' fp16 scales
+// `sc` into tile `tl`: K into exact fp16
+// operands, V into x̂ rounded to fp16, the scales into the c_t operands.  An invalid item (past the
+// request, or on a bad page) is zero-filled; a non-finite scale of a valid one sets `poisoned`.
+// The prepass (extend_tc_dequant, wgmma path) and the mma.sync path's in-kernel dequantization
+// both run this, so a tile's bits do not depend on which one built it.
+WC_D void xt_dequant(XtTile& tl, const int4* raws, u32 sc, bool valid, u32 slot, int side, int at, int hf,
+                     u32 ctr2, u32 k0, u32 k1, bool& poisoned) {
+    // f16x2 constants as bit patterns (literals the compiler can rematerialize instead of holding):
+    // 1152, −1/256, 4.5 and 1/512 in both halves
+    constexpr u32 c1152 = 0x64806480u, cm256 = 0x9C009C00u, c4_5 = 0x44804480u, c512 = 0x18001800u;
+    float sb[2];
+    {
+#pragma unroll
+        for (int gg = 0; gg < 2; ++gg) {
+            sb[gg] = valid ? f16_to_f32((u16)(sc >> (16 * gg))) : 0.0f;
+            if (!(sb[gg] <= WC_F32_MAX)) poisoned = true;
+            if (side == 0) {
+                tl.sk[2 * hf + gg][at] = sb[gg];
+                // an fp16 scale is exact in tf32; its square is rounded up
+                tl.skt[at][2 * hf + gg][0] = tf32_up(__fmul_ru(sb[gg], sb[gg]));
+                tl.skt[at][2 * hf + gg][1] = sb[gg];
+            }
+        }
+    }
+#pragma unroll 2  // two Philox calls in flight per thread
+    for (int k = 0; k < 4; ++k) {
+        const int chunk = hf * 4 + k;  // 16 channels per 8-bit Philox call (SPEC §2)
+        // the half-row's channels c, c + 8 of this call sit in two 8-channel blocks
+        const int c = hf * 64 + 16 * k;
+        u16* b0 = side == 0 ? tl.kc : tl.vh;
+        uint4* d0a = reinterpret_cast<uint4*>(&b0[xt_off(at, c)]);
+        uint4* d0b = reinterpret_cast<uint4*>(&b0[xt_off(at, c + 8)]);
+        uint4* d1a = reinterpret_cast<uint4*>(&tl.kx[xt_off(at, c)]);
+        uint4* d1b = reinterpret_cast<uint4*>(&tl.kx[xt_off(at, c + 8)]);
+        if (!valid) {
+            *d0a = *d0b = make_uint4(0u, 0u, 0u, 0u);
+            if (side == 0) *d1a = *d1b = make_uint4(0u, 0u, 0u, 0u);
+            continue;
+        }
+        const int4 raw = raws[k];
+        const u32x4 wr = philox10(slot, dither_ctr1(side, chunk), ctr2, 0u, k0, k1);
+        const u32 cw[4] = {(u32)raw.x, (u32)raw.y, (u32)raw.z, (u32)raw.w};
+        const u32 xw[4] = {wr.x, wr.y, wr.z, wr.w};
+        if (side == 0) {
+            u32 kh[8], xh[8];
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+                // code k: byte k+128 under the exponent of 1024 gives 1024 + k + 128, exactly
+                const u32 u = cw[w] ^ 0x80808080u;
+                kh[2 * w] = hsub2(__byte_perm(u, 0x64646464u, 0x5140), c1152);
+                kh[2 * w + 1] = hsub2(__byte_perm(u, 0x64646464u, 0x5342), c1152);
+                // dither field j: (1024 + j)·(−1/256) + 4.5 = (128 − j)/256, then − 1/512 = −ξ (exact)
+                xh[2 * w] = hsub2(hfma2(__byte_perm(xw[w], 0x64646464u, 0x5140), cm256, c4_5), c512);
+                xh[2 * w + 1] = hsub2(hfma2(__byte_perm(xw[w], 0x64646464u, 0x5342), cm256, c4_5), c512);
+            }
+            *d0a = make_uint4(kh[0], kh[1], kh[2], kh[3]);
+            *d0b = make_uint4(kh[4], kh[5], kh[6], kh[7]);
+            *d1a = make_uint4(xh[0], xh[1], xh[2], xh[3]);
+            *d1b = make_uint4(xh[4], xh[5], xh[6], xh[7]);
+        } else {
+            const float sbv = k < 2 ? sb[0] : sb[1], nsb = -sbv * 0.001953125f;
+            u32 vhw[8];
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+                const u32 u = cw[w] ^ 0x80808080u;
+                float xv[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    // k + 32768.5 and 2^23 + j exactly, then k + (128 − j)/256 exactly; x̂ =
+                    // sb·(that − 1/512) with one rounding = fl(sb·(k − ξ)), the reference's x̂
+                    const float kb = __fadd_rn(__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440 | j)),
+                                               -8355967.5f);
+                    const float jf = __uint_as_float(__byte_perm(xw[w], 0x4B000000u, 0x7440 | j));
+                    const float kx = __fmaf_rn(jf, -0.00390625f, kb);
+                    xv[j] = __fmaf_rn(sbv, kx, nsb);
+                }
+                vhw[2 * w] = pack_f16x2(xv[0], xv[1]);
+                vhw[2 * w + 1] = pack_f16x2(xv[2], xv[3]);
+            }
+            *d0a = make_uint4(vhw[0], vhw[1], vhw[2], vhw[3]);
+            *d0b = make_uint4(vhw[4], vhw[5], vhw[6], vhw[7]);
+        }
+    }
+}
+
+// ---- The wgmma path's prepass: tile image gi of the call — request img_req[gi], tokens from
+// XT_TILE·img_tile[gi] — for kv head blockIdx.y, dequantized once by xt_dequant (one half-row item
+// per thread, as the in-kernel path) straight into work[gi·H + h], which has the layout of a shared
+// tile, so that stage 1 takes it with one bulk copy.  bad_tokens[gi·H + h] gets bit t for each
+// token t below the request's length whose page id is outside the pool or one of whose scales is
+// not finite; such a token, and every token past the request's end, is stored as zeros (as the
+// in-kernel path stores what it does not read).  Grid (images, H), 256 threads.
+__global__ void __launch_bounds__(4 * XT_TILE) extend_tc_dequant(
+    const i8* __restrict__ codes, const u16* __restrict__ scales, const int* __restrict__ kv_indptr,
+    const int* __restrict__ kv_indices, const int* __restrict__ kv_last_page_len, const int* __restrict__ img_req,
+    const int* __restrict__ img_tile, XtTile* __restrict__ work, u64* __restrict__ bad_tokens, i64 N, int H,
+    int layer, int head_base, int page_shift, int num_pages, int nnz, u32 k0, u32 k1) {
+    __shared__ u32 bad[2];  // a bit per token
+    const int gi = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    const int side = tid >> 7, at = (tid & 127) >> 1, hf = tid & 1;
+    if (tid < 2) bad[tid] = 0u;
+    const RequestPages rp = request_pages(kv_indptr, kv_last_page_len, img_req[gi], nnz, page_shift);
+    const i64 S = rp.poisoned ? 0 : rp.S;
+    const i64 tok = (i64)img_tile[gi] * XT_TILE + at;
+    // below S, the page's entry lies inside the request's (checked) range of kv_indices
+    const i64 sl = tok < S ? slot_of(kv_indices[rp.p0 + (int)(tok >> page_shift)], tok, page_shift, num_pages)
+                           : (i64)-1;
+    bool valid = sl >= 0;
+    const i64 row = (((i64)layer * 2 + side) * H + h) * N + (valid ? sl : 0);
+    const u32 sc = valid ? *reinterpret_cast<const u32*>(scales + row * XT_NG + 2 * hf) : 0u;
+    const bool bad_item = tok < S && (!valid || !(f16_to_f32((u16)sc) <= WC_F32_MAX) ||
+                                      !(f16_to_f32((u16)(sc >> 16)) <= WC_F32_MAX));
+    __syncthreads();  // (bad[] zeroed)
+    if (bad_item) atomicOr(&bad[at >> 5], 1u << (at & 31));
+    __syncthreads();
+    valid = valid && !(bad[at >> 5] >> (at & 31) & 1u);  // all of a bad token's items are zeros
+    bool ignored = false;  // (a bad scale is in bad[] already)
+    xt_dequant(work[(i64)gi * H + h], reinterpret_cast<const int4*>(codes + row * XT_D + hf * 64), sc, valid,
+               (u32)(valid ? sl : 0), side, at, hf, dither_ctr2(layer, h + head_base), k0, k1, ignored);
+    if (tid == 0) bad_tokens[(i64)gi * H + h] = (u64)bad[1] << 32 | bad[0];
+}
+// the launch layer reads this number from here (the workspace holds one image per tile and kv head)
+#define XT_IMAGE_BYTES 52224
+static_assert(sizeof(XtTile) == XT_IMAGE_BYTES && XT_IMAGE_BYTES % 16 == 0,
+              "a tile image is an XtTile, moved as 16-byte pieces and by one bulk copy");
+
 // 8 warps: 128 rows, 1 CTA per SM.  (4 warps, 2 CTAs per SM, measured 13% slower: each
 // dequantized tile then serves half the rows; bench/NOTES.md.)
 template <int G>
@@ -238,8 +370,10 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     const int* __restrict__ qo_indptr, const int* __restrict__ tile_req, const int* __restrict__ tile_q0,
     const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices, const int* __restrict__ kv_last_page_len,
     float* __restrict__ o_part, float* __restrict__ lse_part, float* __restrict__ lam_part,
-    float* __restrict__ cmax_part, i64 N, int H, int layer, int head_base, int page_shift, int num_pages, int nnz,
-    int num_splits, int causal, int tier, u32 k0, u32 k1, float sm, float log_budget, float beta_steps) {
+    float* __restrict__ cmax_part, const XtTile* __restrict__ work, const u64* __restrict__ bad_tokens,
+    const int* __restrict__ img_base, const int* __restrict__ img_count, i64 N, int H, int layer, int head_base,
+    int page_shift, int num_pages, int nnz, int num_splits, int causal, int tier, u32 k0, u32 k1, float sm,
+    float log_budget, float beta_steps) {
     constexpr int D = XT_D;
     constexpr int QT = XT_ROWS / G;  // new tokens per tile
     extern __shared__ __align__(16) unsigned char xt_raw[];
@@ -256,7 +390,6 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     const int b = tile_req[tile], qa0 = tile_q0[tile];
     const int qo0 = qo_indptr[b], qo1 = qo_indptr[b + 1];
     const RequestPages rp = request_pages(kv_indptr, kv_last_page_len, b, nnz, page_shift);
-    const int p0 = rp.p0;
     const i64 S = rp.S;
     bool poisoned = rp.poisoned;
     const int n_new = qo1 - qo0;
@@ -265,7 +398,9 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     // the tile's longest row sets the split ranges
     const i64 lmax = poisoned || nq == 0 ? 0 : (causal ? S - n_new + (qa0 + nq - 1 - qo0) + 1 : S);
     const int npg = (int)((lmax + ps - 1) >> page_shift);
-    const int pps = (npg + num_splits - 1) / max(num_splits, 1);
+    // pages per split, a whole number of tiles: every split starts at a tile image's first token
+    const int tpg = max(1, XT_TILE >> page_shift);
+    const int pps = ((npg + num_splits - 1) / max(num_splits, 1) + tpg - 1) / tpg * tpg;
     const i64 ta = (i64)min(s * pps, npg) << page_shift;
     const i64 tb = min((i64)min(s * pps + pps, npg) << page_shift, lmax);
 
@@ -345,15 +480,14 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the tensor cores read qh, ql
 #endif
     }
+#if XT_WGMMA
+    if (tid == XT_CONSUMER_THREADS) {  // one arrival (the copying thread's) per phase
+        mbar_init(smem_addr(&sh.tile_tx[0]), 1);
+        mbar_init(smem_addr(&sh.tile_tx[1]), 1);
+        mbar_fence_init();
+    }
+#endif
     __syncthreads();
-
-    // this warp's 16 rows; this thread holds rows grp and grp + 8 of them.  Per-row constants stay
-    // in shared memory and are read per tile (in registers they cost a spill).
-    const u32 ctr2 = dither_ctr2(layer, h + head_base);
-    const i64 rowK = (((i64)layer * 2 + 0) * H + h) * N, rowV = (((i64)layer * 2 + 1) * H + h) * N;
-    // f16x2 constants as bit patterns (literals the compiler can rematerialize instead of holding):
-    // 1152, −1/256, 4.5 and 1/512 in both halves
-    constexpr u32 c1152 = 0x64806480u, cm256 = 0x9C009C00u, c4_5 = 0x44804480u, c512 = 0x18001800u;
 
     // A row with an infinite c_t coefficient (a query whose Σq² overflows) gets an infinite certificate
     // and zero operands, so that no 0·inf reaches the tensor cores (flag in rowc[r][9])
@@ -369,158 +503,38 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     }
     __syncthreads();
 
-    // Dequantization item of this thread (wgmma path: of producer thread it = tid − 256): side
-    // it >> 7, token (it & 127) >> 1, half-row it & 1, so a warp's (and a warpgroup's) items share one
-    // side.  The next tiles' codes and scales travel by cp.async into staging while a tile is
-    // dequantized or computed; their page ids are loaded before that.  Why: each tile's two dependent
-    // global round trips (page id, then codes) otherwise stall the SM.
-    const int it = XT_WGMMA ? tid - XT_CONSUMER_THREADS : tid;
-    const int side = it >> 7, at = (it & 127) >> 1, hf = it & 1;
-    // per staging stage: whether this thread's token exists, and its slot (below 2^32: SPEC §2, ctr0)
-    bool valid0 = false, valid1 = false;
-    u32 slot0 = 0, slot1 = 0;
-    int pg_next = 0;
-    auto page_of = [&](i64 t0n) {
-        const i64 tok = t0n + at;
-        return tok < tb ? kv_indices[p0 + (int)(tok >> page_shift)] : 0;
-    };
-    auto issue = [&](i64 t0n, int st) {
-        const i64 tok = t0n + at;
-        i64 sl = tok < tb ? slot_of(pg_next, tok, page_shift, num_pages) : 0;
-        const bool valid = tok < tb && sl >= 0;
-        if (sl < 0) {
-            poisoned = true;
-            sl = 0;
-        }
-        if (st) {
-            valid1 = valid;
-            slot1 = (u32)sl;
-        } else {
-            valid0 = valid;
-            slot0 = (u32)sl;
-        }
-        if (valid) {
-            const i64 row = (side ? rowV : rowK) + sl;
-            const int4* src = reinterpret_cast<const int4*>(codes + row * D + hf * 64);
-#pragma unroll
-            for (int k = 0; k < 4; ++k) cp_async16(&sh.stg[st][side][at][hf * 4 + k], src + k);
-            cp_async4(&sh.stg_sc[st][side][at][hf], scales + row * XT_NG + 2 * hf);
-        }
-        cp_async_commit();
-    };
-    // ---- A: dequantize the half-row staged in `st` into buffer `buf`: K into exact fp16 operands,
-    // V into x̂ rounded to fp16.  A thread reads only the staging entries it copied itself, so its
-    // own cp.async wait is all the staging needs.
-    auto dequant = [&](int buf, int st) {
-        XtTile& tl = sh.tile[buf];
-        const bool valid = st ? valid1 : valid0;
-        const u32 slot = st ? slot1 : slot0;
-        float sb[2];
-        {
-            const u32 sc = sh.stg_sc[st][side][at][hf];
-#pragma unroll
-            for (int gg = 0; gg < 2; ++gg) {
-                sb[gg] = valid ? f16_to_f32((u16)(sc >> (16 * gg))) : 0.0f;
-                if (!(sb[gg] <= WC_F32_MAX)) poisoned = true;
-                if (side == 0) {
-                    tl.sk[2 * hf + gg][at] = sb[gg];
-                    // an fp16 scale is exact in tf32; its square is rounded up
-                    tl.skt[at][2 * hf + gg][0] = tf32_up(__fmul_ru(sb[gg], sb[gg]));
-                    tl.skt[at][2 * hf + gg][1] = sb[gg];
-                }
-            }
-        }
-#pragma unroll 2  // two Philox calls in flight per thread
-        for (int k = 0; k < 4; ++k) {
-            const int chunk = hf * 4 + k;  // 16 channels per 8-bit Philox call (SPEC §2)
-            // the half-row's channels c, c + 8 of this call sit in two 8-channel blocks
-            const int c = hf * 64 + 16 * k;
-            u16* b0 = side == 0 ? tl.kc : tl.vh;
-            uint4* d0a = reinterpret_cast<uint4*>(&b0[xt_off(at, c)]);
-            uint4* d0b = reinterpret_cast<uint4*>(&b0[xt_off(at, c + 8)]);
-            uint4* d1a = reinterpret_cast<uint4*>(&tl.kx[xt_off(at, c)]);
-            uint4* d1b = reinterpret_cast<uint4*>(&tl.kx[xt_off(at, c + 8)]);
-            if (!valid) {
-                *d0a = *d0b = make_uint4(0u, 0u, 0u, 0u);
-                if (side == 0) *d1a = *d1b = make_uint4(0u, 0u, 0u, 0u);
-                continue;
-            }
-            const int4 raw = sh.stg[st][side][at][hf * 4 + k];
-            const u32x4 wr = philox10(slot, dither_ctr1(side, chunk), ctr2, 0u, k0, k1);
-            const u32 cw[4] = {(u32)raw.x, (u32)raw.y, (u32)raw.z, (u32)raw.w};
-            const u32 xw[4] = {wr.x, wr.y, wr.z, wr.w};
-            if (side == 0) {
-                u32 kh[8], xh[8];
-#pragma unroll
-                for (int w = 0; w < 4; ++w) {
-                    // code k: byte k+128 under the exponent of 1024 gives 1024 + k + 128, exactly
-                    const u32 u = cw[w] ^ 0x80808080u;
-                    kh[2 * w] = hsub2(__byte_perm(u, 0x64646464u, 0x5140), c1152);
-                    kh[2 * w + 1] = hsub2(__byte_perm(u, 0x64646464u, 0x5342), c1152);
-                    // dither field j: (1024 + j)·(−1/256) + 4.5 = (128 − j)/256, then − 1/512 = −ξ (exact)
-                    xh[2 * w] = hsub2(hfma2(__byte_perm(xw[w], 0x64646464u, 0x5140), cm256, c4_5), c512);
-                    xh[2 * w + 1] = hsub2(hfma2(__byte_perm(xw[w], 0x64646464u, 0x5342), cm256, c4_5), c512);
-                }
-                *d0a = make_uint4(kh[0], kh[1], kh[2], kh[3]);
-                *d0b = make_uint4(kh[4], kh[5], kh[6], kh[7]);
-                *d1a = make_uint4(xh[0], xh[1], xh[2], xh[3]);
-                *d1b = make_uint4(xh[4], xh[5], xh[6], xh[7]);
-            } else {
-                const float sbv = k < 2 ? sb[0] : sb[1], nsb = -sbv * 0.001953125f;
-                u32 vhw[8];
-#pragma unroll
-                for (int w = 0; w < 4; ++w) {
-                    const u32 u = cw[w] ^ 0x80808080u;
-                    float xv[4];
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        // k + 32768.5 and 2^23 + j exactly, then k + (128 − j)/256 exactly; x̂ =
-                        // sb·(that − 1/512) with one rounding = fl(sb·(k − ξ)), the reference's x̂
-                        const float kb = __fadd_rn(__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440 | j)),
-                                                   -8355967.5f);
-                        const float jf = __uint_as_float(__byte_perm(xw[w], 0x4B000000u, 0x7440 | j));
-                        const float kx = __fmaf_rn(jf, -0.00390625f, kb);
-                        xv[j] = __fmaf_rn(sbv, kx, nsb);
-                    }
-                    vhw[2 * w] = pack_f16x2(xv[0], xv[1]);
-                    vhw[2 * w + 1] = pack_f16x2(xv[2], xv[3]);
-                }
-                *d0a = make_uint4(vhw[0], vhw[1], vhw[2], vhw[3]);
-                *d0b = make_uint4(vhw[4], vhw[5], vhw[6], vhw[7]);
-            }
-        }
-    };
-
 #if XT_WGMMA
-    // ---- the producers (warpgroup 2: K, 3: V): their side of tile i into buffer i & 1 once the rows
-    // have released it (after tile i − 2), from staging stage i & 1, with the codes of tiles i + 1
-    // and i + 2 in flight meanwhile (one tile ahead leaves a global round trip per tile on the
-    // producers' path).  Their registers go to the rows.
+    // ---- the producers (warpgroups 2 and 3): tile i into buffer i & 1 once the rows have released
+    // it (after tile i − 2), as one bulk copy of the tile image that extend_tc_dequant built (each
+    // request's tiles dequantized once per call, where every CTA of a kv head dequantizing its own
+    // copy cost 1.2 ms of 6.9 at 2048 × 30k: bench/NOTES.md, session 22).  One thread issues the
+    // copy and waits for its bytes; the others hand the buffer over at once (the full barrier still
+    // waits for that thread).  A bad page id or non-finite scale below tb in the tile poisons the
+    // split, as the in-kernel dequantization does.  Their registers go to the rows.
     if (tid >= XT_CONSUMER_THREADS) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(XT_PRODUCER_REGS));
-#pragma unroll
-        for (int st = 0; st < 2; ++st) {  // one cp.async group per tile, empty past the split's end
-            const i64 t = ta + st * XT_TILE;
-            if (t < tb) {
-                pg_next = page_of(t);
-                issue(t, st);
-            } else {
-                cp_async_commit();
-            }
-        }
+        const bool lead = tid == XT_CONSUMER_THREADS;
+        const int ib = lead ? img_base[b] : 0, ic = lead ? img_count[b] : 0;
         int pb = 0;
         for (i64 t0 = ta; t0 < tb; t0 += XT_TILE, pb ^= 1) {
-            const bool more = t0 + 2 * XT_TILE < tb;
-            if (more) pg_next = page_of(t0 + 2 * XT_TILE);  // lands during the waits
             if (t0 >= ta + 2 * XT_TILE) bar_sync(XT_BAR_EMPTY(pb), XT_THREADS);
-            cp_async_wait_group<1>();  // this tile's group (the next one's may still fly)
-            dequant(pb, pb);
-            // the tile is read next by the tensor cores' asynchronous proxy
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            if (more)
-                issue(t0 + 2 * XT_TILE, pb);
-            else
-                cp_async_commit();
+            if (lead) {
+                const u32 bar = smem_addr(&sh.tile_tx[pb]);
+                const i64 img = t0 / XT_TILE;  // ta is a multiple of XT_TILE (the split rule above)
+                if (img < ic) {
+                    const i64 gi = ((i64)ib + img) * H + h;
+                    mbar_expect_tx(bar, (u32)sizeof(XtTile));
+                    bulk_copy_g2s(smem_addr(&sh.tile[pb]), work + gi, (u32)sizeof(XtTile), bar);
+                    const i64 nv = tb - t0;  // the tile's tokens this split reads
+                    if (bad_tokens[gi] & (nv >= 64 ? ~0ull : (1ull << nv) - 1ull)) poisoned = true;
+                } else {
+                    // the plan holds no image for this tile (its page table changed since): poisoned,
+                    // and the phase completes with nothing copied
+                    poisoned = true;
+                    mbar_expect_tx(bar, 0u);
+                }
+                mbar_wait(bar, (u32)((t0 - ta) / (2 * XT_TILE)) & 1u);
+            }
             bar_arrive(XT_BAR_FULL(pb), XT_THREADS);
         }
         cta_or(poisoned);
@@ -528,20 +542,62 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(XT_CONSUMER_REGS));
 #else
+    // Dequantization item of this thread: side tid >> 7, token (tid & 127) >> 1, half-row tid & 1, so
+    // a warp's items share one side.  The next tile's codes and scales travel by cp.async into
+    // staging while a tile is computed; their page ids are loaded before that.  Why: each tile's two
+    // dependent global round trips (page id, then codes) otherwise stall the SM.
+    const int side = tid >> 7, at = (tid & 127) >> 1, hf = tid & 1;
+    const u32 ctr2 = dither_ctr2(layer, h + head_base);
+    const i64 rowK = (((i64)layer * 2 + 0) * H + h) * N, rowV = (((i64)layer * 2 + 1) * H + h) * N;
+    // the staged item: whether this thread's token exists, and its slot (below 2^32: SPEC §2, ctr0)
+    bool staged_valid = false;
+    u32 staged_slot = 0;
+    int pg_next = 0;
+    auto page_of = [&](i64 t0n) {
+        const i64 tok = t0n + at;
+        return tok < tb ? kv_indices[rp.p0 + (int)(tok >> page_shift)] : 0;
+    };
+    auto issue = [&](i64 t0n) {
+        const i64 tok = t0n + at;
+        i64 sl = tok < tb ? slot_of(pg_next, tok, page_shift, num_pages) : 0;
+        const bool valid = tok < tb && sl >= 0;
+        if (sl < 0) {
+            poisoned = true;
+            sl = 0;
+        }
+        staged_valid = valid;
+        staged_slot = (u32)sl;
+        if (valid) {
+            const i64 row = (side ? rowV : rowK) + sl;
+            const int4* src = reinterpret_cast<const int4*>(codes + row * D + hf * 64);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) cp_async16(&sh.stg[side][at][hf * 4 + k], src + k);
+            cp_async4(&sh.stg_sc[side][at][hf], scales + row * XT_NG + 2 * hf);
+        }
+        cp_async_commit();
+    };
+    // ---- A: dequantize the staged half-row into buffer `buf` (xt_dequant).  A thread reads only the
+    // staging entries it copied itself, so its own cp.async wait is all the staging needs.
+    auto dequant = [&](int buf) {
+        xt_dequant(sh.tile[buf], &sh.stg[side][at][hf * 4], sh.stg_sc[side][at][hf], staged_valid, staged_slot, side,
+                   at, hf, ctr2, k0, k1, poisoned);
+    };
+
     if (ta < tb) {
         pg_next = page_of(ta);
-        issue(ta, 0);
+        issue(ta);
         cp_async_wait_all();
-        dequant(0, 0);
+        dequant(0);
         if (ta + XT_TILE < tb) {
             pg_next = page_of(ta + XT_TILE);
-            issue(ta + XT_TILE, 0);
+            issue(ta + XT_TILE);
         }
     }
     __syncthreads();
 #endif
 
-    // ---- the consumers: this warp's 16 rows
+    // ---- the consumers: this warp's 16 rows; this thread holds rows grp and grp + 8 of them.  Per-row
+    // constants stay in shared memory and are read per tile (in registers they cost a spill).
     float o[16][4];
 #pragma unroll
     for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
@@ -560,6 +616,9 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
         const XtTile& tl = sh.tile[buf];
 #if XT_WGMMA
         bar_sync(XT_BAR_FULL(buf), XT_THREADS);
+        // the copy's phase completed before its thread arrived: this returns at once, and makes the
+        // bytes the copy unit wrote visible to this thread as well
+        mbar_wait(smem_addr(&sh.tile_tx[buf]), (u32)((t0 - ta) / (2 * XT_TILE)) & 1u);
 #endif
 
         // ---- B: logits of 16 rows × 64 tokens per warp: per group, three products per k16 step, then
@@ -769,8 +828,8 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
             // the page ids of the tile after next: their load overlaps the dequantization
             pg_next = t0 + 2 * XT_TILE < tb ? page_of(t0 + 2 * XT_TILE) : 0;
             cp_async_wait_all();
-            dequant(buf ^ 1, 0);
-            if (t0 + 2 * XT_TILE < tb) issue(t0 + 2 * XT_TILE, 0);
+            dequant(buf ^ 1);
+            if (t0 + 2 * XT_TILE < tb) issue(t0 + 2 * XT_TILE);
         }
         __syncthreads();  // the next tile's buffer is complete; this one may be overwritten
 #endif
@@ -810,8 +869,9 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
 #define WC_XT_INST(G)                                                                                          \
     template __global__ void extend_tc_stage1<G>(const float*, const i8*, const u16*, const int*, const int*, \
                                                     const int*, const int*, const int*, const int*, float*, float*, \
-                                                    float*, float*, i64, int, int, int, int, int, int, int, int,   \
-                                                    int, u32, u32, float, float, float);
+                                                    float*, float*, const XtTile*, const u64*, const int*,         \
+                                                    const int*, i64, int, int, int, int, int, int, int, int, int,  \
+                                                    u32, u32, float, float, float);
 #ifdef WITCERT_INSTANTIATE_ALL
 WC_XT_INST(1)
 WC_XT_INST(2)

@@ -339,3 +339,92 @@ def test_tc_extend_against_torch_sdpa_on_dequantized_values():
         o64, _ = reference.attention(q[i], kh[:S - n + i + 1], vh[:S - n + i + 1])
         err, err_sdpa = np.abs(o[i] - o64).max(), np.abs(o_sdpa[i] - o64).max()
         assert err <= 2 * err_sdpa + 1e-6 * np.abs(o64).max(), (i, err, err_sdpa)
+
+
+def _image_arrays(img):
+    """A tile image's parts (bytes of one XtTile): kc, kx, vh as [64 tokens, 128 channels] fp16 in
+    token-channel order (the shared tiles' 8 × 8 blocks undone), sk [4, 64], skt [64, 4, 2]."""
+    t, c = np.meshgrid(np.arange(64), np.arange(D), indexing="ij")
+    off = (t >> 3) * 1024 + (c >> 3) * 64 + (t & 7) * 8 + (c & 7)
+    h16 = img[:3 * 64 * D * 2].view(np.float16).reshape(3, 64 * D)
+    kc, kx, vh = (h16[i][off] for i in range(3))
+    f = img[3 * 64 * D * 2:].view(np.float32)
+    return kc, kx, vh, f[:256].reshape(4, 64), f[256:].reshape(64, 4, 2)
+
+
+def test_tc_prepass_images_hold_the_dequantized_tiles():
+    """The wgmma path's prepass (extend_tc_dequant) stores per tile and kv head what the in-kernel
+    dequantization builds: K as its exact code and −ξ, with fl32(s·(code − ξ)) the pool's x̂ bit for
+    bit; V̂ = fl16(x̂); the scales and c_t's operands.  Tokens past the request and on a page id
+    outside the pool are zeros, and only the latter have their bit in bad_tokens."""
+    from witcert_cupy import _cuda_extend
+    from witcert_cupy._cuda_extend import IMAGE_BYTES, ExtendPlan
+
+    _, gpu = pools(30, 2)
+    if not _cuda_extend.uses_wgmma(gpu._dev):
+        pytest.skip("the prepass serves the sm_90a path (compute capability 9.0)")
+    rng = np.random.default_rng(8)
+    H, G, lengths = 2, 4, [150, 77]
+    pages = [rng.permutation(30)[:10], rng.permutation(30)[:5]]
+    for pl, n in zip(pages, lengths):
+        put(gpu, slots_of(pl, 0, n), random_rows(rng, n, H, D, massive=[(5, 15.0)]), random_rows(rng, n, H, D))
+    ip, ix, ll = table(pages, lengths)
+    bad_page = int(ip[0]) + 5  # tokens 80..95 of request 0
+    ix[bad_page] = 30 + 4
+    qo = np.array([0, 40, 60], np.int32)
+    q = cp.asarray(rng.standard_normal((60, H * G, D)).astype(np.float32))
+    plan = ExtendPlan(gpu._dev, q, 0, qo, cp.asarray(ip), cp.asarray(ix), cp.asarray(ll), True, 0.088,
+                      wc.CertConfig(steps=64), None, 10)
+    plan.launch()
+    assert plan.num_images == 3 + 2
+    work = plan.work.get().reshape(plan.num_images, H, IMAGE_BYTES)
+    bad = plan.bad_tokens.get().reshape(plan.num_images, H)
+    scales = gpu.scales.get()
+    gi = 0
+    for b, n in enumerate(lengths):
+        slots = slots_of(pages[b], 0, n)
+        k_hat, v_hat = (_np(gpu.dequantized(0, cp.asarray(slots), s)) for s in ("k", "v"))
+        for i in range(-(-n // 64)):
+            for h in range(H):
+                kc, kx, vh, sk, skt = _image_arrays(work[gi, h])
+                want_bad = 0
+                for t in range(64):
+                    tok = 64 * i + t
+                    on_bad_page = b == 0 and 80 <= tok < 96
+                    if tok >= n or on_bad_page:
+                        assert not (kc[t].any() or kx[t].any() or vh[t].any() or sk[:, t].any() or skt[t].any()), tok
+                        want_bad |= int(on_bad_page) << t
+                        continue
+                    s = scales[0, 0, h, slots[tok]].astype(np.float32)  # [4] groups
+                    assert np.array_equal(sk[:, t], s) and np.array_equal(skt[t, :, 1], s)
+                    assert np.all(skt[t, :, 0] >= s * s) and np.all(skt[t, :, 0] <= s * s * (1 + 2.0**-9))
+                    code, nxi = kc[t].astype(np.float32), kx[t].astype(np.float32)
+                    assert np.array_equal(code, np.round(code)) and np.abs(code).max() <= 127
+                    assert np.array_equal(np.abs(512 * nxi) % 2, np.ones(D)) and np.abs(nxi).max() < 0.5
+                    x = np.repeat(s, 32) * (code + nxi)  # float32: one rounding, as the reference's x̂
+                    assert np.array_equal(x.view(np.uint32), k_hat[tok, h].view(np.uint32)), (b, tok, h)
+                    assert np.array_equal(vh[t].view(np.uint16), v_hat[tok, h].astype(np.float16).view(np.uint16))
+                assert int(bad[gi, h]) == want_bad, (b, i, h)
+            gi += 1
+
+
+def test_tc_split_count_changes_results_only_by_rounding():
+    """Splits are whole tiles (the prepass's images start every split): 1, 3 and 7 splits of the
+    same call agree to rounding (fp32 for lse and cmax, P's fp16 for o), and each meets the
+    references' rules."""
+    rng = np.random.default_rng(12)
+    H, G = 2, 4
+    cpu, gpu, q, qo, tabs, cert = requests(rng, H, G, [333, 90], [70, 90], spare=2, massive=(3, 20.0))
+    cpu_res = run(cpu, q, qo, tabs, cert=cert)
+    outs = []
+    for ns in (1, 3, 7):
+        r = run(gpu, q, qo, tabs, cert=cert, num_splits=ns)
+        assert r.kernel == "extend_tc"
+        check_against_references(r, cpu_res, cpu, q, qo, tabs)
+        outs.append(r)
+    for r in outs[1:]:
+        lse0, lse = _np(outs[0].lse), _np(r.lse)
+        assert np.all(np.abs(lse - lse0) <= 1e-5 * np.maximum(1.0, np.abs(lse0)))
+        # P is rounded to fp16 relative to each split's own maximum: o moves at that rounding's size
+        assert np.abs(_np(r.o) - _np(outs[0].o)).max() <= 2e-3 * np.abs(_np(outs[0].o)).max()
+        assert np.allclose(_np(r.cmax), _np(outs[0].cmax), rtol=1e-6)

@@ -14,6 +14,7 @@ written before it is read and read before it is overwritten."""
 import random
 import re
 
+import numpy as np
 import pytest
 
 from witcert_cupy import _cuda, _cuda_extend
@@ -213,3 +214,36 @@ def test_cert_diff_counts_what_the_certified_launch_adds(tmp_path, capsys):
     other = [["0x0", "FADD.FTZ R1, R2, R3", "1", "1"], *off[1:]]
     with pytest.raises(SystemExit, match="not the same kernel"):
         mod.main([export("y.csv", other), "--tiles", "100"])
+
+
+def test_tile_images_follow_the_kernels_request_checks():
+    """The launch layer's count of prepass images per request (``tile_images``) mirrors stage 1's
+    checks (``request_pages`` in common.cuh, and more new tokens than the request holds): a request
+    that stage 1 poisons, or that has no new token, gets none, so the workspace is never sized from a
+    garbage length; the others get ceil(S / 64), laid out one after another."""
+    nnz, ps = 40, 16
+    qo = np.array([0, 5, 5, 9, 12, 20, 21, 22, 30], np.int32)
+    ip = np.array([0, 10, 12, 12, 15, 41, 20, 25, 30], np.int32)  # request 4 ends past nnz, 5 runs backwards
+    ll = np.array([16, 1, 7, 0, 16, 16, 2**30, 9], np.int32)  # request 3 has last 0, 6 has 2^30
+    base, count = _cuda_extend.tile_images(qo, ip, ll, nnz, ps)
+    S0 = 9 * 16 + 16
+    assert count.tolist() == [-(-S0 // 64), 0, 0, 0, 0, 0, 0, -(-(4 * 16 + 9) // 64)]
+    # request 1 has 17 tokens and no new one; request 2 has no page but 4 new tokens (poisoned)
+    assert base.tolist() == [0, 3, 3, 3, 3, 3, 3, 3]
+    assert base.dtype == count.dtype == np.int32
+
+
+def test_splits_start_at_tile_images():
+    """Stage 1 rounds each split up to whole 64-token tiles, so that every split's first token is an
+    image's first token (the bulk copy cannot start mid-image)."""
+    src = SRC
+    assert "const int tpg = max(1, XT_TILE >> page_shift);" in src
+    assert "const int pps = ((npg + num_splits - 1) / max(num_splits, 1) + tpg - 1) / tpg * tpg;" in src
+    for shift in range(0, 9):  # page sizes 1 .. 256
+        tpg = max(1, 64 >> shift)
+        for npg in range(0, 70):
+            for ns in (1, 2, 3, 5, 8, 64):
+                pps = ((npg + ns - 1) // ns + tpg - 1) // tpg * tpg
+                starts = [min(s * pps, npg) << shift for s in range(ns)]
+                assert all(t % 64 == 0 or t == npg << shift for t in starts)
+                assert min(ns * pps, npg) == npg  # the splits still cover every page

@@ -29,6 +29,15 @@ def _source_define(name: str, src: str | None = None, default: int | None = None
     return int(m.group(1))
 
 
+# bytes of one tile image of the wgmma path's prepass (a struct XtTile), from the kernel source
+IMAGE_BYTES = _source_define("XT_IMAGE_BYTES")
+
+
+def _host(a):
+    """A small index array on the host (CuPy arrays are copied; the plan reads them once)."""
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
 @functools.lru_cache(maxsize=None)
 def smem_bytes() -> int:
     """Dynamic shared memory of one CTA, read from the kernel source (its ``static_assert`` ties it
@@ -87,6 +96,31 @@ def tc_extend_applies(pool, cert, num_q_heads) -> str | None:
     return None if not missing else "it needs " + ", ".join(missing)
 
 
+def tile_images(qo_host, kv_indptr, kv_last_page_len, nnz, page_size, tile=64):
+    """Per request, how many tile images the wgmma path's prepass builds (``ceil(S_b / tile)``), and
+    where its images start: ``(base [B], count [B])``, int32.  A request that stage 1 poisons (the
+    checks of ``request_pages`` in common.cuh, or more new tokens than it holds) or that has no new
+    token gets none; stage 1 poisons a split whose tile has no image rather than read past them."""
+    ip = np.asarray(kv_indptr, np.int64)
+    ll = np.asarray(kv_last_page_len, np.int64)
+    qo = np.asarray(qo_host, np.int64)
+    B = qo.shape[0] - 1
+    count = np.zeros(B, np.int64)
+    for b in range(B):
+        p0, p1 = int(ip[b]), int(ip[b + 1])
+        bad = p0 < 0 or p1 < p0 or p1 > nnz
+        npg = 0 if bad else p1 - p0
+        bad = bad or (npg > 0 and not 1 <= int(ll[b]) <= page_size)
+        S = 0 if npg == 0 else (npg - 1) * page_size + int(ll[b])
+        n_new = int(qo[b + 1] - qo[b])
+        if not bad and 0 < n_new <= S:
+            count[b] = -(-S // tile)
+    base = np.concatenate([[0], np.cumsum(count)[:-1]]) if B else np.zeros(0, np.int64)
+    if B and int(count.sum()) >= 2**31:
+        raise ValueError("the extend call's tile images exceed 2^31: split the call")
+    return base.astype(np.int32), count.astype(np.int32)
+
+
 def default_num_splits(num_tiles, num_kv_heads, num_sms, max_pages):
     """Splits so that the grid fills two waves of one CTA per SM; a long prefill needs none."""
     target = 2 * num_sms
@@ -98,7 +132,10 @@ class ExtendPlan:
 
     Parameters are those of :func:`witcert_cupy.extend_attention` after validation; ``qo_host`` is
     the host copy of ``qo_indptr`` (the tile list is built from it), ``max_pages`` the longest
-    request's page count (for the split count)."""
+    request's page count (for the split count).  The page-table arrays may be device arrays: the
+    plan reads ``kv_indptr`` and ``kv_last_page_len`` once on the host to size the wgmma path's
+    workspace of tile images (``IMAGE_BYTES``, 52 KB, per 64 tokens per kv head of each request with
+    new tokens: 214 MB for 32k tokens × 8 kv heads), which :meth:`prepass` fills and stage 1 reads."""
 
     def __init__(self, dev, q, layer, qo_host, kv_indptr, kv_indices, kv_last_page_len, causal, sm_scale, cert,
                  num_splits, max_pages):
@@ -140,14 +177,35 @@ class ExtendPlan:
         logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
         self.wgmma = uses_wgmma(dev)
         self.stage1 = kernel("extend_tc.cu", None, f"extend_tc_stage1<{G}>", kernel_options(self.wgmma))
+        # the wgmma path's tile images: each request's tiles dequantized once per call by the prepass
+        # (extend_tc_dequant), then bulk-copied by stage 1; the mma.sync path dequantizes in-kernel
+        # (one image's worth of dummies keeps the arguments valid)
+        ps = p.page_size
+        base, count = tile_images(qo_host, _host(kv_indptr), _host(kv_last_page_len), self.ix.shape[0], ps)
+        total = int(count.sum()) if self.wgmma else 0
+        img_req = np.repeat(np.arange(count.shape[0], dtype=np.int32), count) if total else np.zeros(0, np.int32)
+        img_tile = (np.arange(total, dtype=np.int64) - np.repeat(base.astype(np.int64), count)).astype(np.int32) \
+            if total else np.zeros(0, np.int32)
+        self.num_images = total
+        self.img_base, self.img_count = cp.asarray(base), cp.asarray(count if self.wgmma else np.zeros_like(count))
+        self.img_req, self.img_tile = cp.asarray(img_req), cp.asarray(img_tile)
+        self.work = cp.empty((max(total, 1) * p.num_kv_heads, IMAGE_BYTES), cp.uint8)
+        self.bad_tokens = cp.empty(max(total, 1) * p.num_kv_heads, cp.uint64)
         self.smem = smem_bytes()
         self.threads = block_threads(self.wgmma)
         self.stage1.max_dynamic_shared_size_bytes = self.smem
-        # the largest shared-memory carveout: 211 KB of shared memory per CTA
+        # the largest shared-memory carveout: 192 KB of shared memory per CTA
         self.stage1.preferred_shared_memory_carveout = 100
+        if total:
+            self.prep = kernel("extend_tc.cu", None, "extend_tc_dequant", kernel_options(self.wgmma))
+            self.prep_args = (p.codes, p.scales.view(cp.uint16), self.ip, self.ix, self.ll, self.img_req,
+                              self.img_tile, self.work, self.bad_tokens, np.int64(p.num_slots),
+                              _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset),
+                              _i32(int(math.log2(p.page_size))), _i32(p.num_pages), _i32(self.ix.shape[0]),
+                              np.uint32(k0), np.uint32(k1))
         self.args1 = (self.q, p.codes, p.scales.view(cp.uint16), self.qo, self.tile_req, self.tile_q0, self.ip,
-                      self.ix, self.ll, self.o_part, self.lse_part, self.lam_part, self.cmax_part,
-                      np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset),
+                      self.ix, self.ll, self.o_part, self.lse_part, self.lam_part, self.cmax_part, self.work,
+                      self.bad_tokens, self.img_base, self.img_count, np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset),
                       _i32(int(math.log2(p.page_size))), _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(self.ns),
                       _i32(1 if causal else 0), _i32(cert_mod.tier_code(cert)), np.uint32(k0), np.uint32(k1),
                       np.float32(sm_scale), np.float32(logb), np.float32(cert_mod.beta_steps(cfg.dither_bits)))
@@ -161,9 +219,16 @@ class ExtendPlan:
         n, Hq, d = self.shape
         if n == 0:
             return
+        self.prepass()
         self.stage1((self.num_tiles, self.dev.pool.num_kv_heads, self.ns), (self.threads,), self.args1,
                     shared_mem=self.smem)
         self.merge()  # and the certificate, when certified
+
+    def prepass(self):
+        """Launch the wgmma path's prepass alone (each request's tiles dequantized once into the
+        workspace that stage 1 bulk-copies from); nothing on the mma.sync path."""
+        if self.num_images:
+            self.prep((self.num_images, self.dev.pool.num_kv_heads), (256,), self.prep_args)
 
     def result(self):
         from .decode import DecodeResult

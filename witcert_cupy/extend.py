@@ -15,7 +15,9 @@ Two kernels (``kernel=``):
   exact fp16 operands for the codes and the dither plus a two-part fp16 split of the query; the
   split's residual is bounded per row and added to ``c_t`` (docs/certificate.md §9), so its
   certificates cover its own logits.  Its ``o`` is computed from V̂ and P rounded to fp16, the
-  accuracy class of an fp16 attention kernel.
+  accuracy class of an fp16 attention kernel.  On compute capability 9.0 it first dequantizes each
+  of the call's 64-token tiles once into a workspace (52 KB per tile and kv head) that the kernel
+  reads by bulk copies.
 
 ``kernel='auto'`` (default) takes ``'extend_tc'`` on the GPU wherever it applies, else ``'decode'``;
 the result's ``kernel`` field says which ran.  Both read the small page-table arrays on the host
