@@ -236,9 +236,9 @@ WC_D float xt_quad_sum(float v) {
 
 // ---- A: dequantize one half-row item — side (0: K, 1: V), token `at` of the tile, half `hf` —
 // from its raw codes `raws` (4 × 16 bytes, read only when valid) and its two groups' fp16 scales
-// `sc` into tile `tl`: K into exact fp16
-// operands, V into x̂ rounded to fp16, the scales into the c_t operands.  An invalid item (past the
-// request, or on a bad page) is zero-filled; a non-finite scale of a valid one sets `poisoned`.
+// `sc` into tile `tl` (shared memory, or a workspace image): K into exact fp16 operands, V into x̂
+// rounded to fp16, the scales into the c_t operands.  An invalid item (past the request, or on a
+// bad page) is zero-filled; a non-finite scale of a valid one sets `poisoned`.
 // The prepass (extend_tc_dequant, wgmma path) and the mma.sync path's in-kernel dequantization
 // both run this, so a tile's bits do not depend on which one built it.
 WC_D void xt_dequant(XtTile& tl, const int4* raws, u32 sc, bool valid, u32 slot, int side, int at, int hf,
@@ -526,7 +526,7 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                     mbar_expect_tx(bar, (u32)sizeof(XtTile));
                     bulk_copy_g2s(smem_addr(&sh.tile[pb]), work + gi, (u32)sizeof(XtTile), bar);
                     const i64 nv = tb - t0;  // the tile's tokens this split reads
-                    if (bad_tokens[gi] & (nv >= 64 ? ~0ull : (1ull << nv) - 1ull)) poisoned = true;
+                    if (bad_tokens[gi] & (nv >= XT_TILE ? ~0ull : (1ull << nv) - 1ull)) poisoned = true;
                 } else {
                     // the plan holds no image for this tile (its page table changed since): poisoned,
                     // and the phase completes with nothing copied

@@ -96,11 +96,13 @@ def tc_extend_applies(pool, cert, num_q_heads) -> str | None:
     return None if not missing else "it needs " + ", ".join(missing)
 
 
-def tile_images(qo_host, kv_indptr, kv_last_page_len, nnz, page_size, tile=64):
+def tile_images(qo_host, kv_indptr, kv_last_page_len, nnz, page_size, tile=None):
     """Per request, how many tile images the wgmma path's prepass builds (``ceil(S_b / tile)``), and
     where its images start: ``(base [B], count [B])``, int32.  A request that stage 1 poisons (the
     checks of ``request_pages`` in common.cuh, or more new tokens than it holds) or that has no new
-    token gets none; stage 1 poisons a split whose tile has no image rather than read past them."""
+    token gets none; stage 1 poisons a split whose tile has no image rather than read past them.
+    ``tile``: tokens per image, the kernel's ``XT_TILE`` by default."""
+    tile = _source_define("XT_TILE") if tile is None else tile
     ip = np.asarray(kv_indptr, np.int64)
     ll = np.asarray(kv_last_page_len, np.int64)
     qo = np.asarray(qo_host, np.int64)
@@ -205,7 +207,8 @@ class ExtendPlan:
                               np.uint32(k0), np.uint32(k1))
         self.args1 = (self.q, p.codes, p.scales.view(cp.uint16), self.qo, self.tile_req, self.tile_q0, self.ip,
                       self.ix, self.ll, self.o_part, self.lse_part, self.lam_part, self.cmax_part, self.work,
-                      self.bad_tokens, self.img_base, self.img_count, np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset),
+                      self.bad_tokens, self.img_base, self.img_count, np.int64(p.num_slots),
+                      _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset),
                       _i32(int(math.log2(p.page_size))), _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(self.ns),
                       _i32(1 if causal else 0), _i32(cert_mod.tier_code(cert)), np.uint32(k0), np.uint32(k1),
                       np.float32(sm_scale), np.float32(logb), np.float32(cert_mod.beta_steps(cfg.dither_bits)))
