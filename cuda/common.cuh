@@ -142,6 +142,10 @@ WC_D RequestPages request_pages(const int* kv_indptr, const int* kv_last_page_le
     return r;
 }
 
+// The pool row of slot 0 of (layer, side 0 = K / 1 = V, kv head h): codes are [L, 2, H, N, d] and
+// scales [L, 2, H, N, groups], so a slot's codes start at (pool_row + slot)·d.
+WC_D i64 pool_row(int layer, int side, int H, int h, i64 N) { return (((i64)layer * 2 + side) * H + h) * N; }
+
 // The pool slot of token `tok` of a request, on page `page` (read from kv_indices), or -1 when the
 // page id is outside [0, num_pages): the caller then poisons the request and reads nothing.
 WC_D i64 slot_of(int page, i64 tok, int page_shift, int num_pages) {

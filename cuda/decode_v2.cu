@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     // lane = token of a tile: its page id and slot (common.cuh: tile_page, tile_slot)
     auto page_of = [&](i64 t0n) { return tile_page(kv_indices, rp.p0, t0n, tb, lane, page_shift); };
     auto slot_at = [&](i64 t0n, int page) { return tile_slot(t0n, tb, lane, page, page_shift, num_pages, poisoned); };
-    const i64 row_base = (((i64)layer * 2 + side) * H + h) * N;
+    const i64 row_base = pool_row(layer, side, H, h, N);
     const u32 ctr2 = dither_ctr2(layer, h + head_base);
     // INT8: a tile's rows of this warp's side (128 code bytes and NG fp16 scales per token) travel
     // by cp.async into `ctile`, issued a tile ahead, so the loads overlap phase C and the barriers,
@@ -354,7 +354,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         if constexpr (SPLIT) {
 #pragma unroll
             for (int sd = 0; sd < 2; ++sd) {
-                const i64 rb = (((i64)layer * 2 + sd) * H + h) * N;
+                const i64 rb = pool_row(layer, sd, H, h, N);
                 u32* dst = &ctb[(side * 2 + sd) * V2_TILE * V2_BPITCH];
 #pragma unroll
                 for (int i = 0; i < V2_TILE / 8; ++i) {

@@ -344,7 +344,7 @@ __global__ void __launch_bounds__(4 * XT_TILE) extend_tc_dequant(
     const i64 sl = tok < S ? slot_of(kv_indices[rp.p0 + (int)(tok >> page_shift)], tok, page_shift, num_pages)
                            : (i64)-1;
     bool valid = sl >= 0;
-    const i64 row = (((i64)layer * 2 + side) * H + h) * N + (valid ? sl : 0);
+    const i64 row = pool_row(layer, side, H, h, N) + (valid ? sl : 0);
     const u32 sc = valid ? *reinterpret_cast<const u32*>(scales + row * XT_NG + 2 * hf) : 0u;
     const bool bad_item = tok < S && (!valid || !(f16_to_f32((u16)sc) <= WC_F32_MAX) ||
                                       !(f16_to_f32((u16)(sc >> 16)) <= WC_F32_MAX));
@@ -548,6 +548,8 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     // dependent global round trips (page id, then codes) otherwise stall the SM.
     const int side = tid >> 7, at = (tid & 127) >> 1, hf = tid & 1;
     const u32 ctr2 = dither_ctr2(layer, h + head_base);
+    // pool_row(layer, 0 / 1, H, h, N), written out: through the helper ptxas allocates this path's
+    // registers differently (cubin compared), and this path was measured as it is
     const i64 rowK = (((i64)layer * 2 + 0) * H + h) * N, rowV = (((i64)layer * 2 + 1) * H + h) * N;
     // the staged item: whether this thread's token exists, and its slot (below 2^32: SPEC §2, ctr0)
     bool staged_valid = false;

@@ -171,7 +171,7 @@ __device__ __forceinline__ void write_rows_impl(
     const bool split = (1 << gs_shift) < CPT;
     const int GL = split ? 1 : (1 << gs_shift) / CPT;
     const int c0 = tr * CPT;
-    const i64 row = ((((i64)plane_layer * 2 + side) * H + h) * N + dest);
+    const i64 row = pool_row(plane_layer, side, H, h, N) + dest;
     const i64 src = (i * H + h) * D;
     const void* x_in = side == 0 ? xk : xv;
 
@@ -355,7 +355,7 @@ extern "C" __global__ void __launch_bounds__(WC_MAX_D) store_fp16_rows(
         if (c == 0) atomicAdd(&counters[1], 1ull);
         return;
     }
-    const i64 row = ((((i64)layer * 2 + side) * H + h) * N + dest);
+    const i64 row = pool_row(layer, side, H, h, N) + dest;
     const i64 src = ((i64)i * H + h) * D + c;
     const u16 xb = load_as_f16(side == 0 ? xk : xv, src, in_dtype);
     const void* st = side == 0 ? sk : sv;
@@ -382,7 +382,7 @@ extern "C" __global__ void __launch_bounds__(WC_MAX_D) dequant_rows(
         out[((i64)i * H + h) * D + c] = NAN;
         return;
     }
-    const i64 row = ((((i64)plane_layer * 2 + side) * H + h) * N + src);
+    const i64 row = pool_row(plane_layer, side, H, h, N) + src;
     const float xi = row_xi(c, (u32)slot, side, layer, h + head_base, 0u, k0, k1, bits);
     const float sb = f16_to_f32(scales[row * (D / gs) + c / gs]);
     float v = __fmul_rn(sb, __fsub_rn((float)codes[row * D + c], xi));
