@@ -43,7 +43,7 @@ _BASE_OPTIONS = _cuda.options()
 # the launch layer's switches a variant may set (witcert_cupy/_cuda.py), with their shipped values
 _SWITCHES = {name: getattr(_cuda, name)
              for name in ("F16_WARPS", "F16_PIPES", "MERGE_CERT_WARP", "MERGE_PREFETCH_BYTES", "PDL",
-                          "V2_THREADS")}
+                          "V2_THREADS", "V2_SPLIT_MIN_PAIRS", "V2_SPLIT_MIN_G")}
 _KERNEL_DIR = _cuda.kernel_dir
 
 
@@ -62,7 +62,8 @@ def use_variant(defines):
     ``F16_PIPES=n`` its splits per CTA in both the kernel and the launch layer,
     ``MERGE_CERT_WARP=0`` certifies on the merge's thread 0, ``MERGE_PREFETCH_BYTES=n`` sets the
     merge's budget for prefetching a cell's rows, ``V2_THREADS=n`` the block of decode_stage1_v2
-    (for a ``dir=`` source built with another), ``PDL=0`` launches without
+    (for a ``dir=`` source built with another), ``V2_SPLIT_MIN_PAIRS=n`` and ``V2_SPLIT_MIN_G=n`` the
+    PLAIN kernel's rule for the channel split, ``PDL=0`` launches without
     programmatic dependent launch (witcert_cupy/_cuda.py), ``NS=n`` launches n splits instead of
     the default count (returned), and ``dir=PATH`` builds from another directory of kernel sources
     (e.g. an earlier commit's ``cuda/``, from ``git archive``) with the same launch layer."""

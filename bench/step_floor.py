@@ -44,6 +44,10 @@ _spec = importlib.util.spec_from_file_location("bench_decode_variants", HERE / "
 dv = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(dv)
 bd = dv.bd  # bench/decode.py
+# the sides' layout at every batch below V2_SPLIT_MIN_PAIRS (the structure the patch's rungs and
+# points describe; the library's default since session 23 takes the split at G >= 5 with one tile
+# per split)
+dv._SWITCHES["V2_SPLIT_MIN_G"] = 99
 
 PATCH = HERE / "variants" / "step-skeleton.patch"
 RUNGS = ("", "V2_SKEL=4", "V2_SKEL=5", "V2_SKEL=6", "V2_SKEL=1", "V2_SKEL=2", "V2_SKEL=3", "MG_SKEL=1",

@@ -38,6 +38,10 @@ _spec = importlib.util.spec_from_file_location("bench_decode_variants", HERE / "
 dv = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(dv)
 bd, _cuda = dv.bd, dv._cuda  # bench/decode.py, witcert_cupy._cuda
+# the sides' layout at every batch below V2_SPLIT_MIN_PAIRS (the structure the patch's rungs and
+# points describe; the library's default since session 23 takes the split at G >= 5 with one tile
+# per split)
+dv._SWITCHES["V2_SPLIT_MIN_G"] = 99
 
 PATCH = HERE / "variants" / "trace-step.patch"
 # the patch's points (cuda/trace.cuh: WC_TR_CTAS CTAs, 2 threads, WC_TR_PTS points)

@@ -121,6 +121,7 @@ def test_philox_header_host_known_answers(tmp_path):
 def test_launch_layer_block_size_is_the_kernel_s():
     src = (_cuda.kernel_dir() / "decode_v2.cu").read_text()
     assert int(re.search(r"#define V2_THREADS (\d+)", src).group(1)) == _cuda.V2_THREADS
+    assert int(re.search(r"#define V2_TILE (\d+)", src).group(1)) == _cuda.V2_TILE
     assert 1 << int(re.search(r"#define V2_PLAIN_GS_SHIFT (\d+)", src).group(1)) == _cuda.V2_PLAIN_GROUP_SIZE
     src = (_cuda.kernel_dir() / "decode_f16.cu").read_text()
     assert "__launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CERT)) decode_stage1_f16(" in src

@@ -1121,7 +1121,7 @@ def _relaunched_with(plan, template, extra_options=()):
 
 @pytest.mark.parametrize("G,bits,page", [(1, 16, 16), (4, 8, 16), (4, 24, 1), (5, 24, 16), (6, 24, 1), (7, 8, 16),
                                          (7, 16, 1), (8, 24, 16)])
-def test_plain_instantiation_gives_the_general_one_s_bits(G, bits, page):
+def test_plain_instantiation_gives_the_general_one_s_bits(G, bits, page, monkeypatch):
     """decode_stage1_v2<G, BITS, true, SPLIT> holds the default layout (no outlier channels,
     32-channel scale groups, no Tier-A term) as constants; with SPLIT its two warps split each row's
     channels where the general instantiation's split the sides (bench/NOTES.md, session 20).  The
@@ -1132,7 +1132,10 @@ def test_plain_instantiation_gives_the_general_one_s_bits(G, bits, page):
     one's dot products are blocked by chunk at every G as the split's are (V2_BLOCKED_DOT; the
     general default is one chain from G = 7).  A batch of 16 pairs takes the split, and each of its
     requests gets the bits it gets in the smaller batch.  (G = 5 and 6 at 24 bits: the split's
-    instantiations that take two chunks a step, V2_SPLIT_UNROLL.)"""
+    instantiations that take two chunks a step, V2_SPLIT_UNROLL.)  The small batch on the sides at
+    every G (V2_SPLIT_MIN_G off: test_split_serves_small_batches_of_one_tile_splits_from_g_5 covers
+    that rule)."""
+    monkeypatch.setattr(_cuda, "V2_SPLIT_MIN_G", 99)
     H, d = 2, 128
     cfg = wc.QuantConfig(d, seed=G, dither_bits=bits)
     lengths = [1, 31, 33, 700, 0, 1500]
@@ -1237,3 +1240,32 @@ def test_decode_kernels_as_built_on_the_device_use_no_local_memory(filename, tem
     attrs = _cuda.kernel(filename, None, template).attributes  # (cuFuncGetAttribute)
     assert attrs["local_size_bytes"] == 0, (template, attrs)
     assert 0 < attrs["num_regs"] <= 255, (template, attrs)
+
+
+@pytest.mark.parametrize("G,bits", [(7, 8), (5, 16), (4, 8), (8, 24)])
+def test_split_serves_small_batches_of_one_tile_splits_from_g_5(G, bits):
+    """Below V2_SPLIT_MIN_PAIRS the launch layer takes the channel split for G >= V2_SPLIT_MIN_G when
+    the mean request's tokens fit one 32-token tile per split, and the sides otherwise (runs 193–194,
+    bench/NOTES.md session 23).  One request of 4096 tokens at the default split count, of 300
+    tokens at 16 and at 2 splits, certified: the layout the rule names; o and lse held to SPEC §9
+    against float64 attention on the reconstructed rows; the certificate sound against exact keys."""
+    H, d = 2, 128
+    cfg = wc.QuantConfig(d, seed=G, dither_bits=bits)
+    cert = wc.CertConfig(tier="B")
+    for length, ns, one_tile in ((4096, None, True), (300, 16, True), (300, 2, False)):
+        pc, tc, _, _ = filled_pool(np.random.default_rng(G + length), lengths=[length], H=H, d=d, cfg=cfg)
+        pg, tg, _, _ = filled_pool(np.random.default_rng(G + length), lengths=[length], H=H, d=d, cfg=cfg,
+                                   backend="cuda")
+        q = (np.random.default_rng(G).standard_normal((1, H * G, d)) * 2).astype(np.float32)
+        ip, ix, ll = on_device(pg, tg)
+        plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns)
+        assert (length <= _cuda.V2_TILE * plan.ns) == one_tile, (length, plan.ns)
+        split = one_tile and G >= _cuda.V2_SPLIT_MIN_G
+        assert plan.stage1_template == f"decode_stage1_v2<{G}, {bits}, true{'' if split else ', false'}>"
+        plan.launch()
+        rg = plan.result()
+        rc = _decode(pc, tc, q, cert=cert, num_splits=plan.ns)
+        for b, rows, _ in _checked_requests(rg, rc, pc, tc, q, [length]):
+            tv = reference.true_tv(q[b], rows["k_exact"], rows["k_hat"])
+            assert np.all(tv <= rg.tv_bound[b].get())
+            np.testing.assert_allclose(rg.cmax[b].get(), rc.cmax[b], rtol=3e-6)

@@ -133,6 +133,9 @@ V2_GRID_CAP = 4
 V2_MIN_TOKENS = 32
 V2_WAVE_MIN_TOKENS = 512
 
+# tokens per tile of decode_stage1_v2: cuda/decode_v2.cu's V2_TILE (tests/test_cuda_compile.py checks
+# the two agree)
+V2_TILE = 32
 # threads per CTA of decode_stage1_v2: cuda/decode_v2.cu's V2_THREADS (tests/test_cuda_compile.py
 # checks the two agree)
 V2_THREADS = 64
@@ -144,6 +147,16 @@ V2_PLAIN_GROUP_SIZE = 32
 # and 32 (32 to 256 pairs) the split was 5.3–7.5% faster certified and 7.8–11.8% uncertified; at
 # B = 1 (4 and 8 pairs) it ranged from 2.6% faster (28/4, 4k) to 3.7% slower (32/8, 32k).
 V2_SPLIT_MIN_PAIRS = 16
+# Below that, the split also serves a step of at least V2_SPLIT_MIN_G query heads per kv head whose
+# splits hold one 32-token tile each (the mean request's tokens from the page table's shape).  There
+# the K warp's phase A, with its G dot products, is the sides' chain.  Measured at batch 1 and 4k
+# tokens, one process, split against sides (runs 193–194): G = 5 13.6 vs 13.8 µs, 6 14.0 vs 14.3,
+# 7 14.8 vs 15.1, 8 15.3 vs 15.7, 6 at 48/8 18.2 vs 18.3; batch 2, 28/4, 4k 19.2 vs 19.5; but G = 3
+# 12.5 vs 12.3 and G = 4 16.4 vs 16.1.  With more tiles per split the split lost at G = 6 and 8
+# (32k: 45.3 vs 44.8, 53.2 vs 52.2) though not at G = 7 (0.2–1.5% faster from 8k to 32k, and at
+# batch 2, 4k), which the rule leaves on the sides.  The rule against the sides in one process
+# (run 196): 28/4 14.8 vs 15.0 µs, 32/4 15.2 vs 15.6, 24/4 13.9 vs 14.3; the same bits elsewhere.
+V2_SPLIT_MIN_G = 5
 
 
 # warps per split of decode_stage1_f16<G, W, CERT> (cuda/decode_f16.cu): one.  Two warps splitting
@@ -653,7 +666,8 @@ class DecodePlan:
         elif stage1 == "v2":  # the second template argument: dither bits, 0 for fp16 rows
             # the third: the default layout as constants (no outlier channels, 32-channel groups, no
             # Tier-A term; decode_v2.cu), the same results in less code
-            # (the channel split, a fourth argument, by the batch: V2_SPLIT_MIN_PAIRS)
+            # (the channel split, a fourth argument, by the batch: V2_SPLIT_MIN_PAIRS; below it by G and
+            # the tiles per split once the split count is known, V2_SPLIT_MIN_G)
             plain = (not dev.fp16_store and bypass.shape[-1] == 0 and gs == V2_PLAIN_GROUP_SIZE
                      and not cert_mod.tier_code(cert) & 1)
             layout = ("true" if B * p.num_kv_heads >= V2_SPLIT_MIN_PAIRS else "true, false") if plain else "false"
@@ -676,6 +690,10 @@ class DecodePlan:
                 ns = dev.v2_num_splits(B, resident, tokens)
             else:
                 ns = dev.default_num_splits(B, resident)
+        if stage1 == "v2" and self.stage1_template.endswith(", true, false>") and G >= V2_SPLIT_MIN_G \
+                and self.ix.shape[0] * p.page_size // max(1, B) <= V2_TILE * ns:
+            self.stage1_template = self.stage1_template.replace(", true, false>", ", true>")
+            self.stage1 = kernel("decode_v2.cu", None, self.stage1_template)
         self.ns = ns
         self.o_part = cp.empty((B, Hq, ns, d), cp.float32)
         self.lse_part = cp.empty((B, Hq, ns), cp.float32)
