@@ -690,6 +690,8 @@ class DecodePlan:
                 ns = dev.v2_num_splits(B, resident, tokens)
             else:
                 ns = dev.default_num_splits(B, resident)
+        # V2_SPLIT_MIN_G needs the split count, which the sides' residency chose; the split keeps it
+        # (as measured in runs 193–196)
         if stage1 == "v2" and self.stage1_template.endswith(", true, false>") and G >= V2_SPLIT_MIN_G \
                 and self.ix.shape[0] * p.page_size // max(1, B) <= V2_TILE * ns:
             self.stage1_template = self.stage1_template.replace(", true, false>", ", true>")
