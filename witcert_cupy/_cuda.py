@@ -653,6 +653,7 @@ class DecodePlan:
         if stage1 == "auto":
             stage1 = "f16" if f16_ok else ("v2" if v2_ok else "v1")
         self.kernel_name = stage1
+        sides = False  # decode_stage1_v2's PLAIN layout with the warps on the sides (below)
         npipe = f16_pipes() if stage1 == "f16" else 1  # splits per CTA
         self.block1 = {"v2": V2_THREADS, "f16": 32 * F16_WARPS * npipe}.get(stage1, 128)
         self.smem1 = 0  # dynamic shared memory of stage 1
@@ -671,6 +672,7 @@ class DecodePlan:
             plain = (not dev.fp16_store and bypass.shape[-1] == 0 and gs == V2_PLAIN_GROUP_SIZE
                      and not cert_mod.tier_code(cert) & 1)
             layout = ("true" if B * p.num_kv_heads >= V2_SPLIT_MIN_PAIRS else "true, false") if plain else "false"
+            sides = layout == "true, false"
             self.stage1_template = f"decode_stage1_v2<{G}, {0 if dev.fp16_store else bits}, {layout}>"
             self.stage1 = kernel("decode_v2.cu", None, self.stage1_template)
         else:
@@ -680,9 +682,9 @@ class DecodePlan:
         # the default split count: one wave of this kernel's resident CTAs (the one-warp fp16 kernel:
         # up to 128 splits of at least 64 tokens, the mean request's length from the table's shape;
         # the INT8 kernel: beyond 64 splits at small batch, v2_num_splits)
+        tokens = self.ix.shape[0] * p.page_size // max(1, B)  # the mean request's, at most
         if not ns:
             resident = _resident_ctas(self.stage1, self.block1, self.smem1)
-            tokens = self.ix.shape[0] * p.page_size // max(1, B)  # the mean request's, at most
             if stage1 == "f16":  # a whole number of CTAs' pipelines where there are several
                 ns = dev.default_num_splits(B, resident * npipe, max_splits=128, tokens=tokens)
                 ns = ns - ns % npipe if ns >= npipe else ns
@@ -692,9 +694,8 @@ class DecodePlan:
                 ns = dev.default_num_splits(B, resident)
         # V2_SPLIT_MIN_G needs the split count, which the sides' residency chose; the split keeps it
         # (as measured in runs 193–196)
-        if stage1 == "v2" and self.stage1_template.endswith(", true, false>") and G >= V2_SPLIT_MIN_G \
-                and self.ix.shape[0] * p.page_size // max(1, B) <= V2_TILE * ns:
-            self.stage1_template = self.stage1_template.replace(", true, false>", ", true>")
+        if stage1 == "v2" and sides and G >= V2_SPLIT_MIN_G and tokens <= V2_TILE * ns:
+            self.stage1_template = f"decode_stage1_v2<{G}, {bits}, true>"  # (PLAIN: INT8, so bits)
             self.stage1 = kernel("decode_v2.cu", None, self.stage1_template)
         self.ns = ns
         self.o_part = cp.empty((B, Hq, ns, d), cp.float32)

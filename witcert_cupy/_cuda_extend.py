@@ -135,12 +135,13 @@ class ExtendPlan:
     Parameters are those of :func:`witcert_cupy.extend_attention` after validation; ``qo_host`` is
     the host copy of ``qo_indptr`` (the tile list is built from it), ``max_pages`` the longest
     request's page count (for the split count).  The page-table arrays may be device arrays: the
-    plan reads ``kv_indptr`` and ``kv_last_page_len`` once on the host to size the wgmma path's
-    workspace of tile images (``IMAGE_BYTES``, 52 KB, per 64 tokens per kv head of each request with
-    new tokens: 214 MB for 32k tokens × 8 kv heads), which :meth:`prepass` fills and stage 1 reads."""
+    plan sizes the wgmma path's workspace of tile images (``IMAGE_BYTES``, 52 KB, per 64 tokens per
+    kv head of each request with new tokens: 214 MB for 32k tokens × 8 kv heads), which
+    :meth:`prepass` fills and stage 1 reads, from ``host_tables`` (host copies of ``kv_indptr`` and
+    ``kv_last_page_len``, as extend_attention holds them) or else from one read of those arrays."""
 
     def __init__(self, dev, q, layer, qo_host, kv_indptr, kv_indices, kv_last_page_len, causal, sm_scale, cert,
-                 num_splits, max_pages):
+                 num_splits, max_pages, host_tables=None):
         import cupy as cp
 
         p = dev.pool
@@ -183,7 +184,8 @@ class ExtendPlan:
         # (extend_tc_dequant), then bulk-copied by stage 1; the mma.sync path dequantizes in-kernel
         # (one image's worth of dummies keeps the arguments valid)
         ps = p.page_size
-        base, count = tile_images(qo_host, _host(kv_indptr), _host(kv_last_page_len), self.ix.shape[0], ps)
+        ip_h, ll_h = host_tables if host_tables is not None else (_host(kv_indptr), _host(kv_last_page_len))
+        base, count = tile_images(qo_host, ip_h, ll_h, self.ix.shape[0], ps)
         total = int(count.sum()) if self.wgmma else 0
         img_req = np.repeat(np.arange(count.shape[0], dtype=np.int32), count) if total else np.zeros(0, np.int32)
         img_tile = (np.arange(total, dtype=np.int64) - np.repeat(base.astype(np.int64), count)).astype(np.int32) \

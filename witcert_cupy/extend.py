@@ -132,6 +132,7 @@ def _extend_tc(q, pool, layer, qo, pt, causal, sm_scale, cert, num_splits):
     xp = pool.xp
     max_pages = int(np.max(np.diff(pt.indptr))) if pt.indptr.shape[0] > 1 else 0
     plan = ExtendPlan(pool._dev, q, layer, qo, xp.asarray(pt.indptr), xp.asarray(pt.indices),
-                      xp.asarray(pt.last_page_len), causal, sm_scale, cert, num_splits, max_pages)
+                      xp.asarray(pt.last_page_len), causal, sm_scale, cert, num_splits, max_pages,
+                      host_tables=(pt.indptr, pt.last_page_len))
     plan.launch()
     return plan.result()
