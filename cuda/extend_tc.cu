@@ -43,6 +43,7 @@
 #include "common.cuh"
 #include "philox.cuh"
 #include "cp_async.cuh"
+#include "tc_operands.cuh"
 
 #define XT_TILE 64
 #define XT_D 128
@@ -126,33 +127,6 @@ WC_D void ldsm_x4(u32 (&r)[4], const void* p) {
 WC_D void ldsm_x4_trans(u32 (&r)[4], const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-
-// c += a·b, m16n8k16, fp16 operands, fp32 accumulate
-WC_D void mma_f16(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// two floats -> f16x2, round to nearest; `lo` in the low half (the lower column / channel)
-WC_D u32 pack_f16x2(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-WC_D u32 hsub2(u32 a, u32 b) {
-    u32 r;
-    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-}
-
-WC_D u32 hfma2(u32 a, u32 b, u32 c) {
-    u32 r;
-    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-    return r;
 }
 
 // c += a·b, m16n8k4, tf32 operands (fp32 registers whose low 13 bits are zero), fp32 accumulate
@@ -243,9 +217,6 @@ WC_D float xt_quad_sum(float v) {
 // both run this, so a tile's bits do not depend on which one built it.
 WC_D void xt_dequant(XtTile& tl, const int4* raws, u32 sc, bool valid, u32 slot, int side, int at, int hf,
                      u32 ctr2, u32 k0, u32 k1, bool& poisoned) {
-    // f16x2 constants as bit patterns (literals the compiler can rematerialize instead of holding):
-    // 1152, −1/256, 4.5 and 1/512 in both halves
-    constexpr u32 c1152 = 0x64806480u, cm256 = 0x9C009C00u, c4_5 = 0x44804480u, c512 = 0x18001800u;
     float sb[2];
     {
 #pragma unroll
@@ -281,16 +252,7 @@ WC_D void xt_dequant(XtTile& tl, const int4* raws, u32 sc, bool valid, u32 slot,
         const u32 xw[4] = {wr.x, wr.y, wr.z, wr.w};
         if (side == 0) {
             u32 kh[8], xh[8];
-#pragma unroll
-            for (int w = 0; w < 4; ++w) {
-                // code k: byte k+128 under the exponent of 1024 gives 1024 + k + 128, exactly
-                const u32 u = cw[w] ^ 0x80808080u;
-                kh[2 * w] = hsub2(__byte_perm(u, 0x64646464u, 0x5140), c1152);
-                kh[2 * w + 1] = hsub2(__byte_perm(u, 0x64646464u, 0x5342), c1152);
-                // dither field j: (1024 + j)·(−1/256) + 4.5 = (128 − j)/256, then − 1/512 = −ξ (exact)
-                xh[2 * w] = hsub2(hfma2(__byte_perm(xw[w], 0x64646464u, 0x5140), cm256, c4_5), c512);
-                xh[2 * w + 1] = hsub2(hfma2(__byte_perm(xw[w], 0x64646464u, 0x5342), cm256, c4_5), c512);
-            }
+            tc_k_operands(cw, xw, kh, xh);
             *d0a = make_uint4(kh[0], kh[1], kh[2], kh[3]);
             *d0b = make_uint4(kh[4], kh[5], kh[6], kh[7]);
             *d1a = make_uint4(xh[0], xh[1], xh[2], xh[3]);
@@ -298,23 +260,7 @@ WC_D void xt_dequant(XtTile& tl, const int4* raws, u32 sc, bool valid, u32 slot,
         } else {
             const float sbv = k < 2 ? sb[0] : sb[1], nsb = -sbv * 0.001953125f;
             u32 vhw[8];
-#pragma unroll
-            for (int w = 0; w < 4; ++w) {
-                const u32 u = cw[w] ^ 0x80808080u;
-                float xv[4];
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    // k + 32768.5 and 2^23 + j exactly, then k + (128 − j)/256 exactly; x̂ =
-                    // sb·(that − 1/512) with one rounding = fl(sb·(k − ξ)), the reference's x̂
-                    const float kb = __fadd_rn(__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440 | j)),
-                                               -8355967.5f);
-                    const float jf = __uint_as_float(__byte_perm(xw[w], 0x4B000000u, 0x7440 | j));
-                    const float kx = __fmaf_rn(jf, -0.00390625f, kb);
-                    xv[j] = __fmaf_rn(sbv, kx, nsb);
-                }
-                vhw[2 * w] = pack_f16x2(xv[0], xv[1]);
-                vhw[2 * w + 1] = pack_f16x2(xv[2], xv[3]);
-            }
+            tc_v_fp16(cw, xw, sbv, nsb, vhw);
             *d0a = make_uint4(vhw[0], vhw[1], vhw[2], vhw[3]);
             *d0b = make_uint4(vhw[4], vhw[5], vhw[6], vhw[7]);
         }
