@@ -94,14 +94,17 @@ def test_kernel_choice_arguments():
 
 
 def _kernel_constants():
-    """The f16x2 and rounding constants as ``cuda/extend_tc.cu`` writes them (its upward log2 e and
-    its ln 2 are common.cuh's, which the decodes share)."""
+    """The f16x2 constants as ``cuda/tc_operands.cuh`` writes them (the operands of the extend kernel
+    and of the floor ladder's tensor-core levels) and the rounding constants as ``cuda/extend_tc.cu``
+    names them (its upward log2 e and its ln 2 are common.cuh's, which the decodes share)."""
     import re
     from pathlib import Path
 
     cuda = Path(__file__).resolve().parents[1] / "cuda"
     src = (cuda / "extend_tc.cu").read_text()
-    hexes = dict(re.findall(r"(c1152|cm256|c4_5|c512) = (0x[0-9A-Fa-f]{8})u", src))
+    ops = (cuda / "tc_operands.cuh").read_text()
+    hexes = dict(re.findall(r"(c1152|cm256|c4_5|c512) = (0x[0-9A-Fa-f]{8})u", ops))
+    assert '#include "tc_operands.cuh"' in src
     alias = dict(re.findall(r"#define (XT_LOG2E_UP|XT_LN2) (WC_[A-Z0-9_]+)\b", src))
     common = dict(re.findall(r"#define (WC_[A-Z0-9_]+) ([0-9.]+)f", (cuda / "common.cuh").read_text()))
     floats = {k: common[v] for k, v in alias.items()}
