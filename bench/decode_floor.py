@@ -9,7 +9,11 @@ fp16 scales of K and V, one layer) and each doing strictly less than any decode 
 §2–§6: L0 the loads; L1 + one Philox call per 16 codes; L2 + fp32 x̂ = s(k − ξ); L3 + G fp32 FMAs
 per element.  The fp16-store ladder (rows of fp16 values, as an Fp16Pool) beside it: F0 the loads;
 F1 + the fp32 conversion; F3 + G fp32 FMAs per element; with our fp16-store decode timed on the
-same shape.  Each level is timed with CUDA events around single launches over a buffer many times
+same shape.  And the tensor-core route's levels on the INT8 bytes (not floors of SPEC §6: what a
+decode with docs/certificate.md §9's fp16 operands could reach): T1 L1 + K's exact fp16 operands
+and V̂ rounded to fp16; T2 + the mma.sync instructions such a decode issues (and K's per-group
+scaling); T3 T2 with V as exact operands too; T4 integer tensor cores on the stored bytes (codes and
+dither fields as they are, the query and p·s in 8-bit parts).  Each level is timed with CUDA events around single launches over a buffer many times
 the L2 at the large shapes; at B = 1, 4k the buffer fits in L2 and a launch's overhead is a large
 part of each time, so those rows are not lower bounds on a graph-replayed decode (the decode and
 SDPA rows are graph replays, as in bench/decode.py).  ``--graph`` times the levels that way too —
@@ -45,6 +49,9 @@ _spec.loader.exec_module(bd)
 D, GS = 128, 32
 LEVELS = (("L0_loads", "bench_floor_l0"), ("L1_philox", "bench_floor_l1"), ("L2_dequant", "bench_floor_l2"),
           ("L3_fma", None))
+# the tensor-core route (cuda/bench_floor.cu, bench_floor_tc_*): not floors of SPEC §6
+TC_LEVELS = (("T1_tc_operands", "bench_floor_tc_t1"), ("T2_tc_mma", "bench_floor_tc_t2"),
+             ("T3_tc_exact_v", "bench_floor_tc_t3"), ("T4_imma_raw_bytes", "bench_floor_tc_t4"))
 
 
 def time_events(fn, reps):
@@ -72,6 +79,8 @@ def floor_rows(B, hq, hkv, ctx, reps, sms, graph=False, l2=0):
     is most of a level's time."""
     G = hq // hkv
     rows_kv = 2 * hkv * B * ctx  # (side, kv head, token) rows of one layer
+    # the tensor-core levels' warps each stay on one side (mma.sync is a warp's instruction)
+    assert (rows_kv // 2) % 16 == 0, "B·Hkv·context must be a multiple of 16"
     nbytes = rows_kv * (D + 2 * (D // GS))
     rot = bd.rotations(nbytes, l2) if graph else 1
     cp.random.seed(0)
@@ -98,7 +107,7 @@ def floor_rows(B, hq, hkv, ctx, reps, sms, graph=False, l2=0):
                             gbps=nbytes / us / 1e3, timing="graph" if graph else "events", rotations=rot))
 
     cs, ss = codes.reshape(rot, -1), scales.reshape(rot, -1)
-    ladder([(lv, name or f"bench_floor_l3_g{fh}") for lv, name in LEVELS],
+    ladder([(lv, name or f"bench_floor_l3_g{fh}") for lv, name in LEVELS + TC_LEVELS],
            [(cs[r], ss[r], np.int64(rows_kv), np.int32(int(math.log2(GS))), np.uint32(0x1234), np.uint32(0x5678))
             for r in range(rot)], nbytes)
     del codes, scales, cs, ss

@@ -14,9 +14,12 @@
 // nothing is dead code; its value means nothing.
 // The fp16-store ladder (bench_floor_f16_*) does the same for rows of 128 fp16 values (an
 // Fp16Pool): F0 the loads; F1 + the fp32 conversion; F3 + G fp32 FMAs per element.
+// The tensor-core ladder (bench_floor_tc_*, below) is not a floor of SPEC §6: it measures what a
+// decode under docs/certificate.md §9's operands could reach.
 #include "common.cuh"
 #include "philox.cuh"
 #include "dequant.cuh"
+#include "tc_operands.cuh"
 
 #define BF_THREADS 256
 #define BF_D 128
@@ -148,3 +151,156 @@ WC_FLOOR_ENTRY(bench_floor_l1, 1, 1)
 WC_FLOOR_ENTRY(bench_floor_l2, 2, 1)
 WC_FLOOR_ENTRY(bench_floor_l3_g4, 3, 4)
 WC_FLOOR_ENTRY(bench_floor_l3_g7, 3, 7)
+
+// ---- The tensor-core route (bench_floor_tc_*): the work per element of a decode that takes the
+// extend kernel's operands (docs/certificate.md §9: the codes and −ξ as exact fp16 operands, the
+// query in two fp16 parts with the split's residual added to c_t, V̂ rounded to fp16).  That is not
+// a decode that meets SPEC §6 ("no fp16 dot products on dequantized values"), so these levels are
+// not floors of the issue's contract: they measure what a decode under that change could reach.
+// The first half of the rows is K, the second V:
+//   T1: L1 + K's exact operands (tc_k_operands) and V̂ = fl16(fl32(s·(k − ξ))) (tc_v_fp16);
+//   T2: + the tensor-core instructions a decode issues per warp and 32 × 16 elements (the G ≤ 16
+//       query heads as the m16 rows): K, 3 products (q's two parts × k, q's high part × −ξ) × 4
+//       blocks of 8 tokens, each scale group's products then scaled into fp32 (16 FMAs a thread);
+//       V̂, 2 steps of 16 tokens × 2 blocks of 8 channels;
+//   T3: T2 with V as exact operands too (o = Σ_g (p·s_g)·k + (p·s_g)·(−ξ) per scale group g:
+//       V built as K, 2 products × 2 steps × 2 blocks);
+//   T4: integer tensor cores on the stored bytes themselves, a route of its own (not §9's): with the
+//       query (and p·s_g) in 8-bit integer parts, q·(k − ξ) = Σ_parts (q_i·k − (255·Σq_i − 2·q_i·j)/512)
+//       where the code k and the dither field j are the cache's and Philox's bytes, so the products
+//       and their s32 sums are exact and no element is converted at all.  Per warp and 32 × 16
+//       elements, m16n8k32 with the tokens (K) or channels (V) as the rows and ≤ 8 heads as the
+//       columns: K two query parts × (k, j), each 32-channel group's four sums converted and scaled
+//       into fp32; V two parts of p·s × (k, j).
+// The fragments are the thread's own words: the values mean nothing; the instructions and their
+// dependences are the decode's.  No shared memory or ldmatrix, no softmax, no certificate.
+// d += a·b, m16n8k32, 8-bit integer operands (a signed or unsigned, b signed), exact s32 accumulate
+template <bool A_UNSIGNED>
+__device__ __forceinline__ void bf_imma(int (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    if constexpr (A_UNSIGNED) {
+        asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+}
+
+template <int LEVEL>
+__device__ __forceinline__ void bench_floor_tc_body(const i8* __restrict__ codes, const u16* __restrict__ scales,
+                                                    i64 rows, int gs_shift, u32 k0, u32 k1,
+                                                    const float* __restrict__ coef, float* __restrict__ sink) {
+    const int NG = BF_D >> gs_shift;
+    float cf[1][4], acc[1][4];
+    bf_start<1>(coef, cf, acc);
+    const u32 qa[4] = {pack_f16x2(cf[0][0], cf[0][1]), pack_f16x2(cf[0][2], cf[0][3]),
+                       pack_f16x2(cf[0][1], cf[0][0]), pack_f16x2(cf[0][3], cf[0][2])};
+    const u32 qb[4] = {qa[0] ^ 0x00010001u, qa[1] ^ 0x00010001u, qa[2] ^ 0x00010001u, qa[3] ^ 0x00010001u};
+    float c[4][4], tot[4][4];
+    int ci[4][4];  // T4's s32 accumulators
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            c[n][r] = tot[n][r] = 0.0f;
+            ci[n][r] = 0;
+        }
+    u32 fold = 0;
+    const i64 items = rows * 2, stride = (i64)gridDim.x * BF_THREADS;
+    for (i64 it = (i64)blockIdx.x * BF_THREADS + threadIdx.x; it < items; it += stride) {
+        const i64 row = it >> 1;
+        const int c0 = (int)(it & 1) * 64;
+        // warp-uniform (mma.sync is a warp's instruction): a warp's 32 items are 16 rows, and the
+        // host keeps rows / 2 and the item count multiples of 16 and 32 (bench/decode_floor.py)
+        const int side = ((it & ~(i64)31) >> 1) >= rows / 2;
+        int4 raw[4];
+        u16 sr[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            raw[k] = reinterpret_cast<const int4*>(codes + row * BF_D + c0)[k];
+            sr[k] = scales[row * NG + ((c0 + 16 * k) >> gs_shift)];
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const u32x4 w = philox10((u32)row, dither_ctr1(side, (c0 >> 4) + k), 0u, 0u, k0, k1);
+            const u32 cw[4] = {(u32)raw[k].x, (u32)raw[k].y, (u32)raw[k].z, (u32)raw[k].w};
+            const u32 xw[4] = {w.x, w.y, w.z, w.w};
+            const float sb = f16_to_f32(sr[k]);
+            if (LEVEL == 4) {  // the bytes as they are: codes k (signed) and dither fields j (unsigned)
+                bf_imma<false>(ci[0], cw, qa[0], qa[1]);
+                bf_imma<false>(ci[1], cw, qb[0], qb[1]);
+                bf_imma<true>(ci[2], xw, qa[0], qa[1]);
+                bf_imma<true>(ci[3], xw, qb[0], qb[1]);
+                if (side == 0 && (k & 1)) {  // a 32-channel group's sums, into fp32
+#pragma unroll
+                    for (int n = 0; n < 4; ++n)
+#pragma unroll
+                        for (int r = 0; r < 4; ++r) {
+                            tot[n][r] = __fmaf_rn((float)ci[n][r], sb, tot[n][r]);
+                            ci[n][r] = 0;
+                        }
+                }
+                continue;
+            }
+            if (side == 0 || LEVEL == 3) {
+                u32 kh[8], xh[8];
+                tc_k_operands(cw, xw, kh, xh);
+                if (LEVEL == 1) {
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) fold ^= kh[i] ^ xh[i];
+                } else if (side == 0) {
+#pragma unroll
+                    for (int n = 0; n < 4; ++n) {
+                        mma_f16(c[n], qa, kh[2 * (n & 1)], kh[2 * (n & 1) + 1]);
+                        mma_f16(c[n], qb, kh[2 * (n & 1) + 4], kh[2 * (n & 1) + 5]);
+                        mma_f16(c[n], qa, xh[2 * (n >> 1)], xh[2 * (n >> 1) + 4]);
+                    }
+                    if (k & 1) {  // a 32-channel group's products, scaled into fp32
+#pragma unroll
+                        for (int n = 0; n < 4; ++n)
+#pragma unroll
+                            for (int r = 0; r < 4; ++r) {
+                                tot[n][r] = __fmaf_rn(c[n][r], sb, tot[n][r]);
+                                c[n][r] = 0.0f;
+                            }
+                    }
+                } else {
+#pragma unroll
+                    for (int n = 0; n < 4; ++n) {
+                        mma_f16(c[n], qa, kh[2 * n], kh[2 * n + 1]);
+                        mma_f16(c[n], qa, xh[2 * n], xh[2 * n + 1]);
+                    }
+                }
+            } else {
+                u32 vh[8];
+                tc_v_fp16(cw, xw, sb, -sb * 0.001953125f, vh);
+                if (LEVEL == 1) {
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) fold ^= vh[i];
+                } else {
+#pragma unroll
+                    for (int n = 0; n < 4; ++n) mma_f16(c[n], qa, vh[2 * n], vh[2 * n + 1]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[0][r] += c[n][r] + tot[n][r] + (float)ci[n][r];
+    bf_finish<1>(fold, acc, sink);
+}
+
+#define WC_FLOOR_TC_ENTRY(NAME, LEVEL)                                                                      \
+    extern "C" __global__ void __launch_bounds__(BF_THREADS) NAME(                                         \
+        const i8* __restrict__ codes, const u16* __restrict__ scales, i64 rows, int gs_shift, u32 k0, u32 k1, \
+        const float* __restrict__ coef, float* __restrict__ sink) {                                        \
+        bench_floor_tc_body<LEVEL>(codes, scales, rows, gs_shift, k0, k1, coef, sink);                     \
+    }
+
+WC_FLOOR_TC_ENTRY(bench_floor_tc_t1, 1)
+WC_FLOOR_TC_ENTRY(bench_floor_tc_t2, 2)
+WC_FLOOR_TC_ENTRY(bench_floor_tc_t3, 3)
+WC_FLOOR_TC_ENTRY(bench_floor_tc_t4, 4)
