@@ -11,7 +11,7 @@ through decode_stage1_f16 (cuda/decode_f16.cu).
 
 A variant ``NS=n`` launches n splits instead of the default count; ``--shapes`` replaces the default
 B/Hq/Hkv/context list. Every variant is built and checked first, then all are timed in turn for
-``--rounds`` rounds (SDPA first in each), each timing with the SM clock sampled beside it
+``--rounds`` rounds (SDPA first in each); ``--bits`` sets the INT8 step's dither resolution (8 by default), each timing with the SM clock sampled beside it
 (bench/gpu_clocks.py). Writes ``decode-variants-<date>.json`` (rows: variant, num_splits, batch, hq,
 hkv, context, us and ratio_sdpa, the medians over rounds, and each round's µs and clocks).
 """
@@ -110,6 +110,7 @@ def main():
                     help="times each variant (and SDPA) this many times in turn; rows report the median")
     ap.add_argument("--same-bits", action="store_true",
                     help="fail unless every variant's o, lse and certificate equal the first variant's bit for bit")
+    ap.add_argument("--bits", type=int, default=8, choices=(8, 16, 24), help="INT8: the dither resolution")
     ap.add_argument("--shapes", default=None,
                     help="B/Hq/Hkv/context,... instead of the default shapes (e.g. 1/28/4/32768,8/28/4/32768)")
     args = ap.parse_args()
@@ -123,7 +124,7 @@ def main():
         shapes = ((8, 32, 8, 32768), (8, 28, 4, 32768), (1, 32, 8, 32768), (1, 32, 8, 4096))
     for B, hq, hkv, ctx in shapes:
         case = bd.pool_case(args.fp16, B, hq, hkv, ctx, l2)
-        bits, stage1 = (None, "f16") if args.fp16 else (8, "v2")
+        bits, stage1 = (None, "f16") if args.fp16 else (args.bits, "v2")
         certs = bd.cert_modes(args.fp16, args.uncertified_too)
         # every variant built, checked and its bits compared first; then timed in turn, round after
         # round, SDPA first in each round: a drift of the clock over the run falls on all of them
@@ -152,6 +153,7 @@ def main():
         for (v, cert, plans, err, same), ts in zip(built, var_rounds):
             us = statistics.median(t[0] for t in ts)
             rows.append(dict(variant=v or "shipped", kernel=plans[0].kernel_name, num_splits=plans[0].ns, batch=B,
+                             dither_bits=bits,
                              hq=hq, hkv=hkv, context=ctx, cert=cert, us=us, sdpa_us=sdpa_us, ratio_sdpa=us / sdpa_us,
                              us_rounds=[t[0] for t in ts], sdpa_us_rounds=[t[0] for t in sdpa_rounds],
                              clocks_rounds=[t.clocks for t in ts], sdpa_clocks_rounds=[t.clocks for t in sdpa_rounds],
