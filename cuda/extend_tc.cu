@@ -137,15 +137,6 @@ WC_D void mma_tf32_k4(float (&c)[4], u32 a0, u32 a1, u32 b0) {
 }
 
 #if XT_WGMMA
-// A no-swizzle shared-memory matrix descriptor (layout type 0): low word start address >> 4 and
-// leading-dimension byte offset >> 4 << 16, high word stride-dimension byte offset >> 4.  Built once
-// per operand and advanced by adding offset >> 4 to the low word: shared addresses stay below 2^18,
-// so the 14-bit address field never carries (building each one took ~8 instructions per wgmma).
-WC_D u32 wg_desc_lo(u32 addr, u32 lbo) { return ((addr >> 4) & 0x3FFFu) | (((lbo >> 4) & 0x3FFFu) << 16); }
-WC_D u64 wg_desc_at(u32 lo, u32 sbo, u32 off) {
-    return ((u64)((sbo >> 4) & 0x3FFFu) << 32) | (u64)(lo + (off >> 4));
-}
-WC_D void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 #define XT_ACC4(d, j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
 // d (+)= A·B for the warpgroup's 64 rows × 64 tokens, k = 16, both from shared memory (A rows ×
 // channels, B tokens × channels: K-major); SCALE_D 0 overwrites d
@@ -159,9 +150,6 @@ WC_D void wg_qk_ss(float (&d)[8][4], u64 a, u64 b) {
           XT_ACC4(d, 6), XT_ACC4(d, 7)
         : "l"(a), "l"(b), "n"(SCALE_D));
 }
-template <int N>
-WC_D void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
-WC_D void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 // o += p·V̂ for the warpgroup's 64 rows × 128 channels, k = 16 tokens: V̂ MN-major in shared memory
 WC_D void wg_pv(float (&d)[16][4], const u32 (&a)[4], u64 b) {
     asm volatile(

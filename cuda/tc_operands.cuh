@@ -1,10 +1,26 @@
 // tc_operands.cuh — the tensor-core route's operands from a chunk of raw 8-bit-dither codes
-// (docs/certificate.md §9, steps 1 and 8) and the f16x2 and mma.sync instructions that go with them.
+// (docs/certificate.md §9, steps 1 and 8) and the f16x2, mma.sync and warpgroup-mma instructions
+// that go with them.
 // A header of its own so that the extend kernel (cuda/extend_tc.cu) and the tensor-core levels of
 // the decode floor ladder (cuda/bench_floor.cu) build the same operands with the same instructions.
 #pragma once
 #include "common.cuh"
 
+// ---- warpgroup mma (sm_90a; only what a kernel uses is assembled)
+// A no-swizzle shared-memory matrix descriptor (layout type 0): low word start address >> 4 and
+// leading-dimension byte offset >> 4 << 16, high word stride-dimension byte offset >> 4.  Built once
+// per operand and advanced by adding offset >> 4 to the low word: shared addresses stay below 2^18,
+// so the 14-bit address field never carries (building each one took ~8 instructions per wgmma).
+WC_D u32 wg_desc_lo(u32 addr, u32 lbo) { return ((addr >> 4) & 0x3FFFu) | (((lbo >> 4) & 0x3FFFu) << 16); }
+WC_D u64 wg_desc_at(u32 lo, u32 sbo, u32 off) {
+    return ((u64)((sbo >> 4) & 0x3FFFu) << 32) | (u64)(lo + (off >> 4));
+}
+WC_D void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+template <int N>
+WC_D void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+WC_D void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+
+// ---- mma.sync and f16x2
 // c += a·b, m16n8k16, fp16 operands, fp32 accumulate
 WC_D void mma_f16(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
