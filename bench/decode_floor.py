@@ -13,7 +13,8 @@ same shape.  And the tensor-core route's levels on the INT8 bytes (not floors of
 decode with docs/certificate.md §9's fp16 operands could reach): T1 L1 + K's exact fp16 operands
 and V̂ rounded to fp16; T2 + the mma.sync instructions such a decode issues (and K's per-group
 scaling); T3 T2 with V as exact operands too; T4 integer tensor cores on the stored bytes (codes and
-dither fields as they are, the query and p·s in 8-bit parts).  Each level is timed with CUDA events around single launches over a buffer many times
+dither fields as they are, the query and p·s in 8-bit parts); T5 T4 by warpgroup mma (compute
+capability 9.0).  Each level is timed with CUDA events around single launches over a buffer many times
 the L2 at the large shapes; at B = 1, 4k the buffer fits in L2 and a launch's overhead is a large
 part of each time, so those rows are not lower bounds on a graph-replayed decode (the decode and
 SDPA rows are graph replays, as in bench/decode.py).  ``--graph`` times the levels that way too —
@@ -52,6 +53,8 @@ LEVELS = (("L0_loads", "bench_floor_l0"), ("L1_philox", "bench_floor_l1"), ("L2_
 # the tensor-core route (cuda/bench_floor.cu, bench_floor_tc_*): not floors of SPEC §6
 TC_LEVELS = (("T1_tc_operands", "bench_floor_tc_t1"), ("T2_tc_mma", "bench_floor_tc_t2"),
              ("T3_tc_exact_v", "bench_floor_tc_t3"), ("T4_imma_raw_bytes", "bench_floor_tc_t4"))
+# T5: T4's products by warpgroup mma, built for the sm_90a target (compute capability 9.0 only)
+WGMMA_LEVEL, WGMMA_OPTIONS = ("T5_wgmma_raw_bytes", "bench_floor_tc_t5"), ("-arch=sm_90a", "-DBF_WGMMA=1")
 
 
 def time_events(fn, reps):
@@ -79,8 +82,9 @@ def floor_rows(B, hq, hkv, ctx, reps, sms, graph=False, l2=0):
     is most of a level's time."""
     G = hq // hkv
     rows_kv = 2 * hkv * B * ctx  # (side, kv head, token) rows of one layer
-    # the tensor-core levels' warps each stay on one side (mma.sync is a warp's instruction)
-    assert (rows_kv // 2) % 16 == 0, "B·Hkv·context must be a multiple of 16"
+    # the tensor-core levels' warps (warpgroups for T5) each stay on one side: mma.sync is a warp's
+    # instruction, wgmma a warpgroup's
+    assert (rows_kv // 2) % 64 == 0, "B·Hkv·context must be a multiple of 64"
     nbytes = rows_kv * (D + 2 * (D // GS))
     rot = bd.rotations(nbytes, l2) if graph else 1
     cp.random.seed(0)
@@ -99,7 +103,7 @@ def floor_rows(B, hq, hkv, ctx, reps, sms, graph=False, l2=0):
 
     def ladder(levels, data_args, nbytes):
         for level, name in levels:
-            k = _cuda.kernel("bench_floor.cu", name)
+            k = _cuda.kernel("bench_floor.cu", name, None, WGMMA_OPTIONS if (level, name) == WGMMA_LEVEL else ())
             launches = [lambda a=a: k((grid,), (256,), (*a, coef, sink)) for a in data_args]
             us = bd.time_cupy(launches, reps)[0] if graph else time_events(launches[0], reps)
             assert bool(cp.isfinite(sink).all()), f"{name}: non-finite sink"
@@ -107,7 +111,8 @@ def floor_rows(B, hq, hkv, ctx, reps, sms, graph=False, l2=0):
                             gbps=nbytes / us / 1e3, timing="graph" if graph else "events", rotations=rot))
 
     cs, ss = codes.reshape(rot, -1), scales.reshape(rot, -1)
-    ladder([(lv, name or f"bench_floor_l3_g{fh}") for lv, name in LEVELS + TC_LEVELS],
+    tc = TC_LEVELS + ((WGMMA_LEVEL,) if cp.cuda.Device().compute_capability == "90" else ())
+    ladder([(lv, name or f"bench_floor_l3_g{fh}") for lv, name in LEVELS + tc],
            [(cs[r], ss[r], np.int64(rows_kv), np.int32(int(math.log2(GS))), np.uint32(0x1234), np.uint32(0x5678))
             for r in range(rot)], nbytes)
     del codes, scales, cs, ss

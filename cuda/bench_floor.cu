@@ -19,6 +19,7 @@
 #include "common.cuh"
 #include "philox.cuh"
 #include "dequant.cuh"
+#include "cp_async.cuh"
 #include "tc_operands.cuh"
 
 #define BF_THREADS 256
@@ -171,7 +172,11 @@ WC_FLOOR_ENTRY(bench_floor_l3_g7, 3, 7)
 //       and their s32 sums are exact and no element is converted at all.  Per warp and 32 × 16
 //       elements, m16n8k32 with the tokens (K) or channels (V) as the rows and ≤ 8 heads as the
 //       columns: K two query parts × (k, j), each 32-channel group's four sums converted and scaled
-//       into fp32; V two parts of p·s × (k, j).
+//       into fp32; V two parts of p·s × (k, j);
+//   T5 (BF_WGMMA, the sm_90a target): T4's products by warpgroup mma, m64n8k32 with the
+//       warpgroup's 64 rows' bytes as the A operand from registers (a thread's 16 bytes are its
+//       chunk) and the query parts in shared memory, 4 per chunk and side; K's four sums of each
+//       group combined in s32 (exact: |Σ| < 2^27), then converted and scaled.
 // The fragments are the thread's own words: the values mean nothing; the instructions and their
 // dependences are the decode's.  No shared memory or ldmatrix, no softmax, no certificate.
 // d += a·b, m16n8k32, 8-bit integer operands (a signed or unsigned, b signed), exact s32 accumulate
@@ -304,3 +309,97 @@ WC_FLOOR_TC_ENTRY(bench_floor_tc_t1, 1)
 WC_FLOOR_TC_ENTRY(bench_floor_tc_t2, 2)
 WC_FLOOR_TC_ENTRY(bench_floor_tc_t3, 3)
 WC_FLOOR_TC_ENTRY(bench_floor_tc_t4, 4)
+
+#ifndef BF_WGMMA
+#define BF_WGMMA 0
+#endif
+#if BF_WGMMA
+// d += A·B, m64n8k32, 8-bit integers (A signed or unsigned, B signed), A from registers, B by its
+// shared-memory descriptor, exact s32 accumulation
+template <bool A_UNSIGNED>
+__device__ __forceinline__ void bf_wgmma_i8(int (&d)[4], const u32 (&a)[4], u64 b) {
+    if constexpr (A_UNSIGNED) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n8k32.s32.u8.s8 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p;\n}\n"
+                     : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+    } else {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n8k32.s32.s8.s8 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p;\n}\n"
+                     : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+    }
+}
+
+// T5: grid-stride over 128-item blocks, one per warpgroup (the host keeps the item count a multiple
+// of 128 and rows / 2 of 64, so that a warpgroup's items are one side's)
+extern "C" __global__ void __launch_bounds__(BF_THREADS) bench_floor_tc_t5(
+    const i8* __restrict__ codes, const u16* __restrict__ scales, i64 rows, int gs_shift, u32 k0, u32 k1,
+    const float* __restrict__ coef, float* __restrict__ sink) {
+    __shared__ __align__(128) u32 qpart[2][64];  // two query parts: 32 × 8 bytes each (K-major)
+    const int NG = BF_D >> gs_shift;
+    for (int i = threadIdx.x; i < 128; i += BF_THREADS)
+        qpart[i >> 6][i & 63] = __float_as_uint(coef[i & 31]) ^ (u32)i;
+    __syncthreads();
+    // no-swizzle K-major: two 8 × 16-byte core matrices along k, 128 bytes apart
+    const u64 qd0 = wg_desc_at(wg_desc_lo(smem_addr(qpart[0]), 128), 256, 0);
+    const u64 qd1 = wg_desc_at(wg_desc_lo(smem_addr(qpart[1]), 128), 256, 0);
+    float tot[4];
+    int acc[2][4][4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) tot[r] = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[h][n][r] = 0;
+    const i64 items = rows * 2, stride = (i64)gridDim.x * BF_THREADS;
+    for (i64 it = (i64)blockIdx.x * BF_THREADS + threadIdx.x; it < items; it += stride) {
+        const i64 row = it >> 1;
+        const int c0 = (int)(it & 1) * 64;
+        const int side = ((it & ~(i64)127) >> 1) >= rows / 2;
+        int4 raw[4];
+        u16 sr[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            raw[k] = reinterpret_cast<const int4*>(codes + row * BF_D + c0)[k];
+            sr[k] = scales[row * NG + ((c0 + 16 * k) >> gs_shift)];
+        }
+        u32 cw[4][4], xw[4][4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const u32x4 w = philox10((u32)row, dither_ctr1(side, (c0 >> 4) + k), 0u, 0u, k0, k1);
+            cw[k][0] = (u32)raw[k].x, cw[k][1] = (u32)raw[k].y, cw[k][2] = (u32)raw[k].z, cw[k][3] = (u32)raw[k].w;
+            xw[k][0] = w.x, xw[k][1] = w.y, xw[k][2] = w.z, xw[k][3] = w.w;
+        }
+        wg_fence();
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {  // chunks 0–1 into accumulator set 0, 2–3 into set 1
+            bf_wgmma_i8<false>(acc[k >> 1][0], cw[k], qd0);
+            bf_wgmma_i8<false>(acc[k >> 1][1], cw[k], qd1);
+            bf_wgmma_i8<true>(acc[k >> 1][2], xw[k], qd0);
+            bf_wgmma_i8<true>(acc[k >> 1][3], xw[k], qd1);
+            if (k & 1) wg_commit();
+        }
+        wg_wait<0>();
+        if (side == 0) {  // each group's sums combined exactly in s32, then into fp32 with its scale
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int lg = (acc[h][0][r] << 7) + acc[h][1][r] - 2 * ((acc[h][2][r] << 7) + acc[h][3][r]);
+                    tot[r] = __fmaf_rn((float)lg, f16_to_f32(sr[2 * h]), tot[r]);
+#pragma unroll
+                    for (int n = 0; n < 4; ++n) acc[h][n][r] = 0;
+                }
+        }
+    }
+    float r = tot[0] + tot[1] + tot[2] + tot[3];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int n = 0; n < 4; ++n) r += (float)(acc[h][n][0] + acc[h][n][1] + acc[h][n][2] + acc[h][n][3]);
+    sink[(i64)blockIdx.x * BF_THREADS + threadIdx.x] = r;
+}
+#endif

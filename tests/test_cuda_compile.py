@@ -90,6 +90,28 @@ def test_extend_wgmma_path_compiles_for_sm90a_without_spills_or_warnings(tmp_pat
     assert bad.returncode != 0 and "wgmma" in (bad.stdout + bad.stderr)
 
 
+def test_floor_ladder_wgmma_level_compiles_for_sm90a_without_spills_or_warnings(tmp_path):
+    """The floor ladder's T5 level (bench_floor.cu with BF_WGMMA=1, as bench/decode_floor.py builds it)
+    needs the sm_90a target; ptxas must not serialize its warpgroup mma."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("decode_floor_opts", Path(__file__).resolve().parents[1]
+                                                  / "bench" / "decode_floor.py")
+    src = spec.loader.get_source("decode_floor_opts")
+    assert '"-arch=sm_90a", "-DBF_WGMMA=1"' in src  # the options this test compiles with
+    cmd = [NVCC, "--cubin", "-gencode=arch=compute_90a,code=sm_90a", "-ftz=true", "-Xptxas", "-v", "-Werror",
+           "all-warnings", *_cuda.options(), "-DBF_WGMMA=1", "-I", str(_cuda.kernel_dir()),
+           str(_cuda.kernel_dir() / "bench_floor.cu"), "-o", str(tmp_path / "k.cubin")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log
+    assert "warning" not in log.lower() and "performance loss" not in log.lower(), log
+    entries = re.findall(r"Compiling entry function '([^']+)'", log)
+    spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert "bench_floor_tc_t5" in entries and len(spills) >= len(entries), log
+    assert not [s for s in spills if any(int(v) for v in s)], spills
+
+
 def test_inlined_source_is_self_contained(tmp_path):
     """What CuPy compiles (headers inlined, no include path) builds on its own."""
     for name in SOURCES:
