@@ -52,7 +52,7 @@ def patched_kernels(patch):
     copy's cuda/ directory, for ``dir=`` (the caller removes its parent when done)."""
     tmp = Path(tempfile.mkdtemp(prefix=f"witcert-{Path(patch).stem}-"))
     shutil.copytree(_KERNEL_DIR(), tmp / "cuda")
-    subprocess.run(["git", "apply", str(patch)], cwd=tmp, check=True)
+    subprocess.run(["git", "apply", str(Path(patch).resolve())], cwd=tmp, check=True)
     return tmp / "cuda"
 
 

@@ -96,6 +96,13 @@
 #ifndef V2_LAMBDA_LAG
 #define V2_LAMBDA_LAG 1
 #endif
+// where SPLIT takes a tile's c_t and λ step: after the tile's phase C (1), or in the next tile's A1
+// after its K chunks (0, sessions 20–23).  The same operations in the same order either way (same
+// bits); 1 measured 1.5–2.1% faster certified at 24 bits and B >= 8, the same at 8 bits and at B = 1
+// (run 203, bench/NOTES.md session 24).
+#ifndef V2_SPLIT_LAMBDA_AT
+#define V2_SPLIT_LAMBDA_AT 1
+#endif
 // heads whose epilogue reductions the V warp interleaves, level by level (four at G = 4, 24 bits
 // spill 4 bytes under NVRTC 13.0)
 #ifndef V2_EPI_HEADS
@@ -496,7 +503,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     //   A2. chunks 4w .. 4w + 3 of the token's V row into V̂; then the warp's own heads (v2_heads_a):
     //       the logit as xd plus the four sums of xp in chunk order (the general path's blocked
     //       sum, bit for bit) and the tile's softmax; the next tile's half rows start loading;
-    //       c_t and λ's step wait for the next tile's A1 (below);
+    //       c_t and λ's step wait until after phase C (V2_SPLIT_LAMBDA_AT);
     //   — barrier —
     //   C. as the general path.
     // The next tile's A1 writes only xd and xp, read before the second barrier, and its A2's writes of
@@ -516,11 +523,11 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                                                k0, k1, cw, xw);
         v2_dequant<BITS>(cw, xw, sb, x);
     };
-    // c_t (Tier B) and λ's step for the warp's heads of a valid token of the previous tile, from its
-    // logits and its K scales kept in registers: taken in the next tile's A1, among the K half's
-    // Philox chains, and once more after the last tile (against main's kernel in the same run: B = 1,
-    // 28/4, 32k from 1.047× to 1.019× of it, the other shapes within 0.6%; runs 162–163).  The
-    // general path's operations, in the same token order (same bits).
+    // c_t (Tier B) and λ's step for the warp's heads of a valid token of a tile, from its logits and
+    // its K scales kept in registers: taken after the tile's phase C (V2_SPLIT_LAMBDA_AT = 1), off the
+    // barriers' path, or in the next tile's A1 among the K half's Philox chains and once more after
+    // the last tile (0; against the step between A2 and the barrier: B = 1, 28/4, 32k from 1.047× to
+    // 1.019×, runs 162–163).  The general path's operations, in the same token order (same bits).
     float lag_lt[GA], lag_s1[4];
     bool lag_on = false;
     auto lambda_lagged = [&]() {
@@ -561,7 +568,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                 if (side) xp[g][k][lane] = part;
             }
         }
-        if (lag_on) lambda_lagged();  // the previous tile's (lag_on: certified, a valid token)
+        if (V2_SPLIT_LAMBDA_AT == 0 && lag_on) lambda_lagged();  // the previous tile's (certified, valid)
         if (!side)
 #pragma unroll
             for (int g = 0; g < G; ++g) xd[g][lane] = run[g];
@@ -595,7 +602,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                 P[glo + j][lane] = p[j];
                 if (lane == 0) sc_s[glo + j] = sc[j];
             }
-        lag_on = tier && valid;  // this tile's certificate inputs, for the next A1
+        lag_on = tier && valid;  // this tile's certificate inputs (V2_SPLIT_LAMBDA_AT)
 #pragma unroll
         for (int j = 0; j < GA; ++j) lag_lt[j] = lt[j];
 #pragma unroll
@@ -608,8 +615,12 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         pg = page_of(t0 + 2 * V2_TILE);
         __syncthreads();
         phase_c();
+        if (V2_SPLIT_LAMBDA_AT == 1 && lag_on) {  // this tile's
+            lambda_lagged();
+            lag_on = false;
+        }
     }
-    if (lag_on) lambda_lagged();  // the last tile's
+    if (lag_on) lambda_lagged();  // (V2_SPLIT_LAMBDA_AT = 0) the last tile's
     } else {
     // V warp: cmax and λ's sum under its own running maximum for one token (a tile's c_t in cbuf,
     // in log2 units; its logits in LT[buf]): common.cuh's lambda_add_log2
