@@ -168,21 +168,27 @@ class Int8Case:
         return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), c, num_splits, unroll,
                                     stage1=stage1) for r in range(self.rot)]
 
+    def reference_o(self, r=0, b=0):
+        """float64 attention of request b of rotation r over the reconstructed values: o [Hq, D]
+        (each request's pages are consecutive slots, rotated_tables)."""
+        ip, ix, _ = self.tables[r]
+        first = int(ix[int(ip[b].get())].get())
+        slots = cp.arange(self.ctx, dtype=cp.int64) + first * self.pool.page_size
+        kh = self.pool.dequantized(0, slots, "k").astype(cp.float64)  # [S, Hkv, D]
+        vh = self.pool.dequantized(0, slots, "v").astype(cp.float64)
+        G = self.hq // self.hkv
+        q = self.q[r][b].astype(cp.float64).reshape(self.hkv, G, D)
+        lg = cp.einsum("hgd,shd->hgs", q, kh) / math.sqrt(D)
+        p = cp.exp(lg - lg.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        return cp.einsum("hgs,shd->hgd", p, vh).reshape(self.hq, D)
+
     def check(self, bits, cert, stage1="auto", num_splits=None):
         """Request 0 of rotation 0 against float64 attention over the reconstructed values."""
         plan = self.plans(bits, cert, stage1=stage1, num_splits=num_splits)[0]
         plan.launch()
         res = plan.result()
-        ip, ix, ll = self.tables[0]
-        slots = cp.arange(self.ctx, dtype=cp.int64) + int(ix[0].get()) * self.pool.page_size
-        kh = self.pool.dequantized(0, slots, "k").astype(cp.float64)  # [S, Hkv, D]
-        vh = self.pool.dequantized(0, slots, "v").astype(cp.float64)
-        G = self.hq // self.hkv
-        q = self.q[0][0].astype(cp.float64).reshape(self.hkv, G, D)
-        lg = cp.einsum("hgd,shd->hgs", q, kh) / math.sqrt(D)
-        p = cp.exp(lg - lg.max(-1, keepdims=True))
-        p /= p.sum(-1, keepdims=True)
-        o = cp.einsum("hgs,shd->hgd", p, vh).reshape(self.hq, D)
+        o = self.reference_o()
         err = float(cp.linalg.norm(res.o[0] - o) / cp.linalg.norm(o))
         if cert:
             assert bool(cp.all(cp.isfinite(res.tv_bound[0]))), "non-finite certificate"

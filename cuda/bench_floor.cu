@@ -46,6 +46,28 @@ __device__ __forceinline__ void bf_finish(u32 fold, const float (&acc)[G][4], fl
     sink[(i64)blockIdx.x * BF_THREADS + threadIdx.x] = r;
 }
 
+// grid-stride item `it`, half a row (64 channels, four 16-channel chunks): its row, its first
+// channel, and the chunks' code words and fp16 scales, by 16-byte loads
+__device__ __forceinline__ void bf_load_item(const i8* __restrict__ codes, const u16* __restrict__ scales, i64 it,
+                                             int NG, int gs_shift, i64& row, int& c0, int4 (&raw)[4],
+                                             u16 (&sr)[4]) {
+    row = it >> 1;
+    c0 = (int)(it & 1) * 64;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        raw[k] = reinterpret_cast<const int4*>(codes + row * BF_D + c0)[k];
+        sr[k] = scales[row * NG + ((c0 + 16 * k) >> gs_shift)];
+    }
+}
+
+// chunk k's code words and the words of its 8-bit dither call (SPEC §2: counter chunk c0/16 + k)
+__device__ __forceinline__ void bf_chunk_words(const int4& raw, i64 row, int side, int c0, int k, u32 k0, u32 k1,
+                                               u32 (&cw)[4], u32 (&xw)[4]) {
+    const u32x4 w = philox10((u32)row, dither_ctr1(side, (c0 >> 4) + k), 0u, 0u, k0, k1);
+    cw[0] = (u32)raw.x, cw[1] = (u32)raw.y, cw[2] = (u32)raw.z, cw[3] = (u32)raw.w;
+    xw[0] = w.x, xw[1] = w.y, xw[2] = w.z, xw[3] = w.w;
+}
+
 template <int LEVEL, int G>
 __device__ __forceinline__ void bench_floor_body(const i8* __restrict__ codes, const u16* __restrict__ scales,
                                                  i64 rows, int gs_shift, u32 k0, u32 k1,
@@ -56,29 +78,23 @@ __device__ __forceinline__ void bench_floor_body(const i8* __restrict__ codes, c
     u32 fold = 0;
     const i64 items = rows * 2, stride = (i64)gridDim.x * BF_THREADS;
     for (i64 it = (i64)blockIdx.x * BF_THREADS + threadIdx.x; it < items; it += stride) {
-        const i64 row = it >> 1;
-        const int c0 = (int)(it & 1) * 64;
+        i64 row;
+        int c0;
         int4 raw[4];
         u16 sr[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            raw[k] = reinterpret_cast<const int4*>(codes + row * BF_D + c0)[k];
-            sr[k] = scales[row * NG + ((c0 + 16 * k) >> gs_shift)];
-        }
+        bf_load_item(codes, scales, it, NG, gs_shift, row, c0, raw, sr);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             if (LEVEL == 0) {
                 fold ^= (u32)raw[k].x ^ (u32)raw[k].y ^ (u32)raw[k].z ^ (u32)raw[k].w ^ (u32)sr[k];
                 continue;
             }
-            const u32x4 w = philox10((u32)row, dither_ctr1(0, (c0 >> 4) + k), 0u, 0u, k0, k1);
+            u32 cw[4], xw[4];
+            bf_chunk_words(raw[k], row, 0, c0, k, k0, k1, cw, xw);
             if (LEVEL == 1) {
-                fold ^= (u32)raw[k].x ^ (u32)raw[k].y ^ (u32)raw[k].z ^ (u32)raw[k].w ^ (u32)sr[k] ^ w.x ^ w.y ^
-                        w.z ^ w.w;
+                fold ^= cw[0] ^ cw[1] ^ cw[2] ^ cw[3] ^ (u32)sr[k] ^ xw[0] ^ xw[1] ^ xw[2] ^ xw[3];
                 continue;
             }
-            const u32 cw[4] = {(u32)raw[k].x, (u32)raw[k].y, (u32)raw[k].z, (u32)raw[k].w};
-            const u32 xw[4] = {w.x, w.y, w.z, w.w};
             float x[16];
             dequant16_u8(cw, xw, f16_to_f32(sr[k]), x);
 #pragma unroll
@@ -215,23 +231,18 @@ __device__ __forceinline__ void bench_floor_tc_body(const i8* __restrict__ codes
     u32 fold = 0;
     const i64 items = rows * 2, stride = (i64)gridDim.x * BF_THREADS;
     for (i64 it = (i64)blockIdx.x * BF_THREADS + threadIdx.x; it < items; it += stride) {
-        const i64 row = it >> 1;
-        const int c0 = (int)(it & 1) * 64;
         // warp-uniform (mma.sync is a warp's instruction): a warp's 32 items are 16 rows, and the
         // host keeps rows / 2 and the item count multiples of 16 and 32 (bench/decode_floor.py)
         const int side = ((it & ~(i64)31) >> 1) >= rows / 2;
+        i64 row;
+        int c0;
         int4 raw[4];
         u16 sr[4];
+        bf_load_item(codes, scales, it, NG, gs_shift, row, c0, raw, sr);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            raw[k] = reinterpret_cast<const int4*>(codes + row * BF_D + c0)[k];
-            sr[k] = scales[row * NG + ((c0 + 16 * k) >> gs_shift)];
-        }
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const u32x4 w = philox10((u32)row, dither_ctr1(side, (c0 >> 4) + k), 0u, 0u, k0, k1);
-            const u32 cw[4] = {(u32)raw[k].x, (u32)raw[k].y, (u32)raw[k].z, (u32)raw[k].w};
-            const u32 xw[4] = {w.x, w.y, w.z, w.w};
+            u32 cw[4], xw[4];
+            bf_chunk_words(raw[k], row, side, c0, k, k0, k1, cw, xw);
             const float sb = f16_to_f32(sr[k]);
             if (LEVEL == 4) {  // the bytes as they are: codes k (signed) and dither fields j (unsigned)
                 bf_imma<false>(ci[0], cw, qa[0], qa[1]);
@@ -356,23 +367,15 @@ extern "C" __global__ void __launch_bounds__(BF_THREADS) bench_floor_tc_t5(
             for (int r = 0; r < 4; ++r) acc[h][n][r] = 0;
     const i64 items = rows * 2, stride = (i64)gridDim.x * BF_THREADS;
     for (i64 it = (i64)blockIdx.x * BF_THREADS + threadIdx.x; it < items; it += stride) {
-        const i64 row = it >> 1;
-        const int c0 = (int)(it & 1) * 64;
         const int side = ((it & ~(i64)127) >> 1) >= rows / 2;
+        i64 row;
+        int c0;
         int4 raw[4];
         u16 sr[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            raw[k] = reinterpret_cast<const int4*>(codes + row * BF_D + c0)[k];
-            sr[k] = scales[row * NG + ((c0 + 16 * k) >> gs_shift)];
-        }
+        bf_load_item(codes, scales, it, NG, gs_shift, row, c0, raw, sr);
         u32 cw[4][4], xw[4][4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const u32x4 w = philox10((u32)row, dither_ctr1(side, (c0 >> 4) + k), 0u, 0u, k0, k1);
-            cw[k][0] = (u32)raw[k].x, cw[k][1] = (u32)raw[k].y, cw[k][2] = (u32)raw[k].z, cw[k][3] = (u32)raw[k].w;
-            xw[k][0] = w.x, xw[k][1] = w.y, xw[k][2] = w.z, xw[k][3] = w.w;
-        }
+        for (int k = 0; k < 4; ++k) bf_chunk_words(raw[k], row, side, c0, k, k0, k1, cw[k], xw[k]);
         wg_fence();
 #pragma unroll
         for (int k = 0; k < 4; ++k) {  // chunks 0–1 into accumulator set 0, 2–3 into set 1

@@ -93,11 +93,7 @@ def test_extend_wgmma_path_compiles_for_sm90a_without_spills_or_warnings(tmp_pat
 def test_floor_ladder_wgmma_level_compiles_for_sm90a_without_spills_or_warnings(tmp_path):
     """The floor ladder's T5 level (bench_floor.cu with BF_WGMMA=1, as bench/decode_floor.py builds it)
     needs the sm_90a target; ptxas must not serialize its warpgroup mma."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("decode_floor_opts", Path(__file__).resolve().parents[1]
-                                                  / "bench" / "decode_floor.py")
-    src = spec.loader.get_source("decode_floor_opts")
+    src = (Path(__file__).resolve().parents[1] / "bench" / "decode_floor.py").read_text()
     assert '"-arch=sm_90a", "-DBF_WGMMA=1"' in src  # the options this test compiles with
     cmd = [NVCC, "--cubin", "-gencode=arch=compute_90a,code=sm_90a", "-ftz=true", "-Xptxas", "-v", "-Werror",
            "all-warnings", *_cuda.options(), "-DBF_WGMMA=1", "-I", str(_cuda.kernel_dir()),
