@@ -256,13 +256,13 @@ WC_D void warp_sums(float (&v)[G]) {
 }
 
 // A tile's logits in log2 units (the softmax runs on exp2) from the G dot products; a token's
-// non-finite logit poisons the split
+// non-finite logit poisons its head alone (bit base + g of hbad: its query is not finite)
 template <int G>
-WC_D void tile_logits(const float (&dot)[G], float sm2, bool valid, float (&lt)[G], bool& poisoned) {
+WC_D void tile_logits(const float (&dot)[G], float sm2, bool valid, float (&lt)[G], int& hbad, int base = 0) {
 #pragma unroll
     for (int g = 0; g < G; ++g) {
         lt[g] = sm2 * dot[g];
-        if (valid && !is_finite32(lt[g])) poisoned = true;
+        if (valid && !is_finite32(lt[g])) hbad |= 1 << (base + g);
     }
 }
 
@@ -319,20 +319,24 @@ WC_D void lambda_add_log2(float c2, float lt, float& m2, float& l2, float& cmx2)
 
 // Stage-1 split statistics of one (row, split) (SPEC §6): a poisoned split carries NaN lse and an
 // infinite certificate, an empty one −inf and weight 0; otherwise the given natural-log values.
-WC_D void store_split_stats(i64 o, bool poisoned, float L, float lse, float lam, float cmax, float* lse_part,
-                            float* lam_part, float* cmax_part) {
+// `gam` is the split's largest evaluation term Γ_s = max γ_t (docs/certificate.md §10.4).
+WC_D void store_split_stats(i64 o, bool poisoned, float L, float lse, float lam, float cmax, float gam,
+                            float* lse_part, float* lam_part, float* cmax_part, float* gam_part) {
     if (poisoned) {
         lse_part[o] = NAN;
         lam_part[o] = INFINITY;
         cmax_part[o] = INFINITY;
+        gam_part[o] = INFINITY;
     } else if (L == 0.0f) {
         lse_part[o] = -INFINITY;
         lam_part[o] = -INFINITY;
         cmax_part[o] = 0.0f;
+        gam_part[o] = 0.0f;
     } else {
         lse_part[o] = lse;
         lam_part[o] = lam;
         cmax_part[o] = cmax;
+        gam_part[o] = gam;
     }
 }
 #endif  // __CUDA_ARCH__

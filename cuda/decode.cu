@@ -8,10 +8,15 @@
 //   memory.  Per query head it keeps (m, l, acc[16]) for lse and o, (m2, l2) for
 //   λ = log Σ e^{ℓ̃ + c} with its own running max, and cmax.
 //   Reads: codes/scales/outliers (+ witness for Tier A) of the split's tokens, the page table.
-//   Writes: o_part [B, Hq, ns, D], lse_part / lam_part / cmax_part [B, Hq, ns].
+//   Writes: o_part [B, Hq, ns, D], lse_part / lam_part / cmax_part / gam_part [B, Hq, ns].
+//   c_t = min(c^A, c^B) + γ_t (SPEC §4.1): γ_t bounds the kernel's own fp32 logit error —
+//   gamma_per_beta times β's sum Σ_g s_g·b1_g on quantized channels, gamma_exact per unit of Σ|q_c||x_c|
+//   on exact ones (outliers, exact-tier pages, fp16 stores); gam_part is the split's max γ_t.
+//   The coefficients are formed on the normalized query (certificate.cuh, SPEC §4.2); S counts
+//   every attended token (SPEC §4.3).
 //   Exact tier (SPEC §7, optional: tier_map != null): tier_map [H, tier_stride] of this layer gives
 //   the tier entry of a page, or -1; tokens on such pages are read from tier_k/tier_v
-//   [tier_cap, page_size, D] (fp16) with c_t = 0 and do not count in S.
+//   [tier_cap, page_size, D] (fp16) with c_t = γ_t.
 //   Page contributions (SPEC §6, optional: want_pages): page_lse / page_lam [B, Hq, max_pages]
 //   receive per page lse_j and λ_j (natural log; -inf for an empty sum, +inf for λ with an
 //   infinite c_t).  Tokens are staged per window of PW tokens in shared memory (aliasing the final
@@ -21,6 +26,8 @@
 //   Shared memory: static, < 48 KB for D <= 256, G <= 8.
 //   Never reads out of bounds: page ids outside [0, num_pages), an inconsistent kv_indptr or a
 //   last-page length outside [1, page_size] poison the split (NaN output, infinite certificate).
+//   A head whose own logit is non-finite (its query) is poisoned alone; a head whose output is
+//   non-finite (a non-finite V row it attends, SPEC §3.6) gets an infinite certificate.
 //   FP16 = true: the same kernel over an Fp16Pool (stored fp16 values, no dither or scales; Tier A
 //   from the witness, or no certificate): our fp16 baseline and the meter of black-box schemes.
 // decode_merge: grid (B * Hq), block D: SPEC §6 stage 2, twin of _cpu/decode.py::merge_splits, and
@@ -31,6 +38,7 @@
 #include "philox.cuh"
 #include "cp_async.cuh"
 #include "griddep.cuh"
+#include "certificate.cuh"
 
 #define DEC_THREADS 128
 #define DEC_WARPS (DEC_THREADS / 32)
@@ -54,6 +62,7 @@ struct DecodeArgs {
     float* lse_part;
     float* lam_part;
     float* cmax_part;
+    float* gam_part;
     const int* tier_map;                     // [H, tier_stride] of this layer, or null (no exact tier)
     const u16* tier_k;                       // [tier_cap, page_size, D] fp16
     const u16* tier_v;
@@ -63,7 +72,7 @@ struct DecodeArgs {
     int B, H, layer, gs, NP2, NB, page_shift, num_pages, nnz, num_splits, tier, bits;
     int tier_stride, tier_cap, want_pages, max_pages, head_base;
     u32 k0, k1;
-    float sm, log_budget, beta_steps;
+    float sm, log_budget, beta_steps, gamma_per_beta, gamma_exact;
 };
 
 template <int G>
@@ -156,30 +165,32 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     const u16* __restrict__ outl, const u16* __restrict__ wit, const int* __restrict__ bypass_ch,
     const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
     const int* __restrict__ kv_last_page_len, float* __restrict__ o_part, float* __restrict__ lse_part,
-    float* __restrict__ lam_part, float* __restrict__ cmax_part, const int* __restrict__ tier_map,
-    const u16* __restrict__ tier_k, const u16* __restrict__ tier_v, float* __restrict__ page_lse,
-    float* __restrict__ page_lam, i64 N, int B, int H, int layer, int gs, int NP2, int NB, int page_shift,
-    int num_pages, int nnz, int num_splits, int tier, int bits, int tier_stride, int tier_cap, int want_pages,
-    int max_pages, int head_base, u32 k0, u32 k1, float sm, float log_budget, float beta_steps) {
+    float* __restrict__ lam_part, float* __restrict__ cmax_part, float* __restrict__ gam_part,
+    const int* __restrict__ tier_map, const u16* __restrict__ tier_k, const u16* __restrict__ tier_v,
+    float* __restrict__ page_lse, float* __restrict__ page_lam, i64 N, int B, int H, int layer, int gs, int NP2,
+    int NB, int page_shift, int num_pages, int nnz, int num_splits, int tier, int bits, int tier_stride,
+    int tier_cap, int want_pages, int max_pages, int head_base, u32 k0, u32 k1, float sm, float log_budget,
+    float beta_steps, float gamma_per_beta, float gamma_exact) {
     const DecodeArgs a = {q, codes, scales, outl, wit, bypass_ch, band_ch, kv_indptr, kv_indices,
-                          kv_last_page_len, o_part, lse_part, lam_part, cmax_part, tier_map, tier_k, tier_v,
-                          page_lse, page_lam, N, B, H, layer, gs, NP2, NB, page_shift, num_pages, nnz,
+                          kv_last_page_len, o_part, lse_part, lam_part, cmax_part, gam_part, tier_map, tier_k,
+                          tier_v, page_lse, page_lam, N, B, H, layer, gs, NP2, NB, page_shift, num_pages, nnz,
                           num_splits, tier, bits, tier_stride, tier_cap, want_pages, max_pages, head_base, k0,
-                          k1, sm, log_budget, beta_steps};
+                          k1, sm, log_budget, beta_steps, gamma_per_beta, gamma_exact};
     constexpr int LPT = D / VEC;        // lanes per token
     constexpr int TPW = 32 / LPT;       // tokens per warp step
     // tokens per lane group per step; defaults from the sweep in bench/NOTES.md (v1)
-    constexpr int U = U_ > 0 ? U_ : (G <= 4 ? 1 : 2);
+    // (fp16 rows at G >= 7: one token, the evaluation term's Σ|q||x| of every channel fits 255 registers)
+    constexpr int U = U_ > 0 ? U_ : (G <= 4 || (FP16 && G >= 7) ? 1 : 2);
     constexpr int TOK_STEP = TPW * DEC_WARPS * U;
     __shared__ float q_s[G][D];
     __shared__ float bq2[G][D / 16];    // 2 (sm²/12) Q2_g log(2S/δ_loc), per scale group (gs >= 16)
     __shared__ float bq1[G][D / 16];    // sm Q1_g (2^-(m+1) + 2^-15)
     __shared__ float a_band[G][64];     // sm ||q_b||  (NB <= 64)
     __shared__ short oidx[D];           // outlier slot of a bypassed channel, -1 otherwise
-    __shared__ float red[DEC_WARPS][G][D + 5];
-    __shared__ int s_exact;             // tokens of the request on exact-tier pages
+    __shared__ float red[DEC_WARPS][G][D + 6];
+    __shared__ int s_bad;               // heads whose logit was non-finite (bit g), then whose o is
     static_assert(PW % TOK_STEP == 0, "a page-contribution window holds whole steps");
-    static_assert(DEC_WARPS * (D + 5) >= 2 * PW, "the window aliases the reduction buffer");
+    static_assert(DEC_WARPS * (D + 6) >= 2 * PW, "the window aliases the reduction buffer");
     // page-contribution window [G][PW] of ℓ̃ and ℓ̃ + c (log2 units), live only inside the token loop
     float* const pw_lt = &red[0][0][0];
     float* const pw_x = pw_lt + G * PW;
@@ -211,55 +222,38 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     __syncthreads();
     for (int j = tid; j < a.NP2; j += DEC_THREADS) oidx[a.bypass_ch[h * a.NP2 + j]] = (short)j;
     __syncthreads();
-    // S counts quantized tokens only: exact-tier pages have c_t = 0 and take no share of δ (SPEC §4)
-    i64 S_q = S;
-    if (a.tier_map != nullptr && (a.tier & 2) && !poisoned) {
-        if (tid == 0) s_exact = 0;
-        __syncthreads();
-        int cnt = 0;
-        for (int pi = tid; pi < npages; pi += DEC_THREADS) {
-            const int page = a.kv_indices[p0 + pi];
-            if (page >= 0 && page < a.num_pages) {
-                const int e = a.tier_map[(i64)h * a.tier_stride + page];
-                if (e >= 0 && e < a.tier_cap) cnt += pi == npages - 1 ? last : ps;
-            }
-        }
-        if (cnt) atomicAdd(&s_exact, cnt);
-        __syncthreads();
-        S_q = S - s_exact;
-    }
-    const float log_term = a.log_budget + logf((float)max(S_q, (i64)1));
+    if (tid == 0) s_bad = 0;
+    // S counts every token the request attends (SPEC §4.3)
+    const float log_term = a.log_budget + logf((float)max(S, (i64)1));
     const int NG = D / a.gs;
-    if (a.tier & 2) {
+    const SmSplit smx = sm_split(a.sm);
+    if (a.tier) {  // the evaluation term needs Q1 under Tier A too
         for (int idx = tid; idx < G * NG; idx += DEC_THREADS) {
             const int g = idx / NG, ch0 = (idx % NG) * a.gs;
-            float q2 = 0.0f, q1 = 0.0f;
-            for (int i = 0; i < a.gs; ++i)
-                if (oidx[ch0 + i] < 0) {
-                    q2 += q_s[g][ch0 + i] * q_s[g][ch0 + i];
-                    q1 += fabsf(q_s[g][ch0 + i]);
-                }
-            bq2[g][idx % NG] = 2.0f * (a.sm * a.sm / 12.0f) * q2 * log_term;
-            bq1[g][idx % NG] = a.sm * q1 * a.beta_steps;
+            float q1, q2;
+            int e;
+            normalized_sums(q_s[g], a.gs, [&](int i) { return ch0 + i; }, [&](int i) { return oidx[ch0 + i] >= 0; },
+                            q1, q2, e);
+            group_coefficients(smx, q1, q2, e, log_term, a.beta_steps, bq2[g][idx % NG], bq1[g][idx % NG]);
         }
     }
     if (a.tier & 1) {
         const int per = D / a.NB;
         for (int idx = tid; idx < G * a.NB; idx += DEC_THREADS) {
             const int g = idx / a.NB, bb = idx % a.NB;
-            float acc = 0.0f;
-            for (int j = 0; j < per; ++j) {
-                const float v = q_s[g][a.band_ch[bb * per + j]];
-                acc += v * v;
-            }
-            a_band[g][bb] = a.sm * sqrtf(acc);
+            float q1, q2;
+            int e;
+            normalized_sums(q_s[g], per, [&](int j) { return a.band_ch[bb * per + j]; }, [](int) { return false; },
+                            q1, q2, e);
+            a_band[g][bb] = band_coefficient(smx, q2, e);
         }
     }
     __syncthreads();
 
     // ---- per-lane-group running state
     // m2 == +inf is sticky: some token had c_t = +inf, so λ = +inf ("no guarantee")
-    float m[G], l[G], m2[G], l2[G], cmx[G], acc[G][VEC];
+    float m[G], l[G], m2[G], l2[G], cmx[G], gmx[G], acc[G][VEC];
+    int hbad = 0;  // heads with a non-finite logit (bit g)
 #pragma unroll
     for (int g = 0; g < G; ++g) {
         m[g] = -INFINITY;
@@ -267,6 +261,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
         m2[g] = -INFINITY;
         l2[g] = 0.0f;
         cmx[g] = 0.0f;
+        gmx[g] = 0.0f;
 #pragma unroll
         for (int i = 0; i < VEC; ++i) acc[g][i] = 0.0f;
     }
@@ -276,6 +271,9 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     bool bypass_lane = false;
 #pragma unroll
     for (int i = 0; i < VEC; ++i) bypass_lane |= oidx[cl * VEC + i] >= 0;
+    // Σ|q_c||x_c| over exact channels (γ_t's exact part) is needed where a token can have any:
+    // fp16 stores, an exact tier, outlier pairs (CTA-uniform)
+    const bool need_ad = a.tier && (FP16 || a.tier_map != nullptr || a.NP2 > 0);
 
     // Each lane group takes U consecutive tokens per step: every load of the U tokens is issued
     // before any is used (memory-level parallelism), and the online softmax rescales once per U
@@ -346,13 +344,19 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
 #pragma unroll
                 for (int i = 0; i < VEC; ++i) kh[i] = vh[u][i] = 0.0f;
             }
-            float dot[G], ca[G];
+            float dot[G], ca[G], ad[G];
+            const bool ex_tok = FP16 || te[u] >= 0;  // every channel exact
 #pragma unroll
             for (int g = 0; g < G; ++g) {
-                float d0 = 0.0f;
+                float d0 = 0.0f, a0 = 0.0f;
 #pragma unroll
-                for (int i = 0; i < VEC; ++i) d0 += q_s[g][cl * VEC + i] * kh[i];
+                for (int i = 0; i < VEC; ++i) {
+                    const float qv = q_s[g][cl * VEC + i];
+                    d0 += qv * kh[i];
+                    if (need_ad && (ex_tok || oidx[cl * VEC + i] >= 0)) a0 += fabsf(qv) * fabsf(kh[i]);
+                }
                 dot[g] = d0;
+                ad[g] = a0;
                 ca[g] = 0.0f;
             }
             if ((a.tier & 1) && valid[u] && te[u] < 0) {
@@ -364,11 +368,13 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
             }
             group_sum<G>(dot, LPT);
             if (a.tier & 1) group_sum<G>(ca, LPT);
-            // Tier B in every lane from the row's scales: no cross-lane sums, identical bits in all lanes
+            if (need_ad) group_sum<G>(ad, LPT);
+            // Tier B and the quantized channels' evaluation term in every lane from the row's scales:
+            // no cross-lane sums, identical bits in all lanes
             float u2[G], be[G];
 #pragma unroll
             for (int g = 0; g < G; ++g) u2[g] = be[g] = 0.0f;
-            if ((a.tier & 2) && valid[u] && te[u] < 0) {
+            if (!FP16 && a.tier && valid[u] && te[u] < 0) {
                 for (int gr = 0; gr < NG; ++gr) {
                     const float sg = f16_to_f32(a.scales[rowk * NG + gr]);
 #pragma unroll
@@ -381,18 +387,17 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
 #pragma unroll
             for (int g = 0; g < G; ++g) {
                 lt[u][g] = sm2 * dot[g];  // ℓ̃ in log2 units: the softmax runs on exp2
-                if (valid[u] && !is_finite32(lt[u][g])) poisoned = true;
+                if (valid[u] && !is_finite32(lt[u][g])) hbad |= 1 << g;
+                // γ_t (SPEC §4.1): the exact channels' term, then the quantized ones' (β's sum times
+                // gamma_steps / beta_steps, rounded up: both coefficients are sm·Q1_g times a constant)
+                const float gam = __fmaf_rn(a.gamma_exact, ad[g], be[g] * a.gamma_per_beta);
                 float c = INFINITY;
-                if (a.tier & 1) {
-                    const float c1 = ca[g] * (float)WC_C_EVAL_SLACK;
-                    c = c1 <= WC_F32_MAX ? c1 : INFINITY;
-                }
-                if (a.tier & 2) {
-                    float c2 = (sqrtf(u2[g]) + be[g]) * (float)WC_C_EVAL_SLACK;
-                    c2 = c2 <= WC_F32_MAX ? c2 : INFINITY;
-                    c = fminf(c, c2);
-                }
-                ct[u][g] = te[u] >= 0 ? 0.0f : c;  // natural units (cmax); λ below works in log2 units
+                if (a.tier & 1) c = ca[g];
+                if ((a.tier & 2) && !FP16) c = fminf(c, sqrtf(u2[g]) + be[g]);
+                c = te[u] >= 0 ? gam : c + gam;  // an exact token: c_t = γ_t
+                c *= (float)WC_C_EVAL_SLACK;
+                ct[u][g] = c <= WC_F32_MAX ? c : INFINITY;  // natural units (cmax); λ below works in log2 units
+                if (a.tier && valid[u]) gmx[g] = fmaxf(gmx[g], gam * (float)WC_C_EVAL_SLACK);
             }
         }
         if (a.want_pages) {
@@ -512,10 +517,11 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
             l2[g] = l2[g] * s2a + l2o * s2b;
             m2[g] = mn2;
             cmx[g] = fmaxf(cmx[g], __shfl_xor_sync(0xffffffffu, cmx[g], off));
+            gmx[g] = fmaxf(gmx[g], __shfl_xor_sync(0xffffffffu, gmx[g], off));
         }
     }
     // ---- then the warps, through shared memory: [warp][g][0..D) acc, D: m, D+1: l, D+2: m2,
-    //      D+3: l2, D+4: cmax
+    //      D+3: l2, D+4: cmax, D+5: the largest γ_t
     if (tsub == 0) {
 #pragma unroll
         for (int g = 0; g < G; ++g) {
@@ -527,35 +533,52 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
                 red[warp][g][D + 2] = m2[g];
                 red[warp][g][D + 3] = l2[g];
                 red[warp][g][D + 4] = cmx[g];
+                red[warp][g][D + 5] = gmx[g];
             }
         }
     }
+    if (hbad) atomicOr(&s_bad, hbad);  // (rare: a non-finite query)
     poisoned = __syncthreads_or(poisoned);
-    for (int idx = tid; idx < G * (D + 1); idx += DEC_THREADS) {
-        const int g = idx / (D + 1), c = idx % (D + 1);
+    const int bad_heads = s_bad;
+    __syncthreads();  // every thread has read s_bad: it now collects the heads whose o is not finite
+    for (int idx = tid; idx < G * D; idx += DEC_THREADS) {
+        const int g = idx / D, c = idx % D;
+        float M = -INFINITY;
+        for (int w = 0; w < DEC_WARPS; ++w) M = fmaxf(M, red[w][g][D]);
+        float L = 0.0f, A = 0.0f;
+        for (int w = 0; w < DEC_WARPS; ++w) {
+            const float sw = M == -INFINITY ? 0.0f : exp2f(red[w][g][D] - M);
+            L += red[w][g][D + 1] * sw;
+            A += red[w][g][c] * sw;
+        }
+        const bool dead = poisoned || ((bad_heads >> g) & 1);
+        const float r = dead ? NAN : (L == 0.0f ? 0.0f : A / L);
+        a.o_part[(((i64)b * Hq + h * G + g) * a.num_splits + s) * D + c] = r;
+        if (!dead && !is_finite32(r)) atomicOr(&s_bad, 1 << (G + g));  // a non-finite V row (SPEC §3.6)
+    }
+    __syncthreads();
+    const int vbad = s_bad >> G;
+    for (int g = tid; g < G; g += DEC_THREADS) {
         float M = -INFINITY, M2 = -INFINITY;
         for (int w = 0; w < DEC_WARPS; ++w) {
             M = fmaxf(M, red[w][g][D]);
             M2 = fmaxf(M2, red[w][g][D + 2]);
         }
-        float L = 0.0f, A = 0.0f, L2 = 0.0f, CM = 0.0f;
-        const bool linf = M2 == INFINITY;
+        float L = 0.0f, L2 = 0.0f, CM = 0.0f, GM = 0.0f;
+        const bool linf = M2 == INFINITY || (a.tier && ((vbad >> g) & 1));
         for (int w = 0; w < DEC_WARPS; ++w) {
             const float sw = M == -INFINITY ? 0.0f : exp2f(red[w][g][D] - M);
             L += red[w][g][D + 1] * sw;
-            if (c < D) A += red[w][g][c] * sw;
             if (!linf && M2 != -INFINITY) L2 += red[w][g][D + 3] * exp2f(red[w][g][D + 2] - M2);
             CM = fmaxf(CM, red[w][g][D + 4]);
+            GM = fmaxf(GM, red[w][g][D + 5]);
         }
+        if (linf) CM = INFINITY;
         const i64 o = ((i64)b * Hq + h * G + g) * a.num_splits + s;
-        if (c < D) {
-            a.o_part[o * D + c] = poisoned ? NAN : (L == 0.0f ? 0.0f : A / L);
-        } else {
-            // back to natural-log units: the maxima were kept in log2 units
-            store_split_stats(o, poisoned, L, M * LN2 + logf(L),
-                              linf ? INFINITY : (L2 > 0.0f ? M2 * LN2 + logf(L2) : -INFINITY), CM, a.lse_part,
-                              a.lam_part, a.cmax_part);
-        }
+        // back to natural-log units: the maxima were kept in log2 units
+        store_split_stats(o, poisoned || ((bad_heads >> g) & 1), L, M * LN2 + logf(L),
+                          linf ? INFINITY : (L2 > 0.0f ? M2 * LN2 + logf(L2) : -INFINITY), CM, GM, a.lse_part,
+                          a.lam_part, a.cmax_part, a.gam_part);
     }
 }
 
@@ -564,9 +587,10 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
 // R = expm1(2 (log A + res)) / 2, res = LOG_A_RESOLUTION_ULPS ulp(max(1, |lse|)) for finite lse
 // (the resolution of the fp32 difference log A = LSE(λ) − lse), NaN -> +inf;
 // TV bound = min(1, R, tanh(cmax / 2)), NaN cmax -> 1.
-WC_D void certify_cell(float log_a, float lse, float cmax, double& risk, double& tv) {
+// log A' = log A + Γ (docs/certificate.md §10.4): R bounds both readings of p̃.
+WC_D void certify_cell(float log_a, float lse, float cmax, float gam, double& risk, double& tv) {
     const double l = (double)lse;
-    double la = (double)log_a;
+    double la = (double)log_a + (double)gam;
     if (fabs(l) <= WC_F64_MAX) la += WC_LOG_A_RESOLUTION_ULPS * 0x1p-24 * fmax(1.0, fabs(l));
     double r = expm1(2.0 * la) / 2.0;
     if (r != r) r = INFINITY;
@@ -653,17 +677,19 @@ WC_D float merge_batches(const float* src, Stride stride, int nfull, const float
     return acc;
 }
 
+// log A, cmax and Γ each carry the underflow term g0 (docs/certificate.md §10.3), rounded up.
 extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const float* __restrict__ lse_part,
                                         const float* __restrict__ lam_part, const float* __restrict__ cmax_part,
-                                        int ns, int D, float* __restrict__ o, float* __restrict__ lse,
-                                        float* __restrict__ log_a, float* __restrict__ cmax, double* __restrict__ risk,
-                                        double* __restrict__ tv_bound, int pf) {
+                                        const float* __restrict__ gam_part, int ns, int D, float* __restrict__ o,
+                                        float* __restrict__ lse, float* __restrict__ log_a, float* __restrict__ cmax,
+                                        float* __restrict__ gam, double* __restrict__ risk,
+                                        double* __restrict__ tv_bound, int pf, float g0) {
     extern __shared__ __align__(16) float mg_s[];
     float* lp_s = mg_s;                 // lse_s, then the weights e^{lse_s − lse} (−1: empty split)
     float* lm_s = mg_s + MG_PAD(ns);    // λ_s, then e^{λ_s − max λ}
     float* ex_s = mg_s + 2 * MG_PAD(ns);  // e^{lse_s − max lse}
     float* ob_s = mg_s + merge_smem_floats(ns);  // [ns][D]: the cell's o_part rows (pf)
-    __shared__ float red[32][3];
+    __shared__ float red[32][4];
     __shared__ int bad_s;
     __shared__ __align__(8) unsigned long long mg_bar;  // the bulk copy's completion (MG_USE_BULK)
     const u32 bar = smem_addr(&mg_bar);
@@ -673,11 +699,12 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
     griddep_enter(GD_MERGE_EARLY);  // before the first global access (griddep.cuh)
     // the thread's first split's statistics are requested before the row copies are issued, so
     // that round trip is not queued behind them (run 123: the copies' issue delayed it ≈ 0.4 µs)
-    float v0 = 0.0f, lv0 = 0.0f, cv0 = 0.0f;
+    float v0 = 0.0f, lv0 = 0.0f, cv0 = 0.0f, gv0 = 0.0f;
     if (tid < ns) {
         v0 = lse_part[r * ns + tid];
         lv0 = lam_part[r * ns + tid];
         cv0 = cmax_part[r * ns + tid];
+        gv0 = gam_part[r * ns + tid];
     }
     if (pref) {  // (waited for after the first barrier below, so the mbarrier is initialised by then)
         const float* src = o_part + r * ns * D;
@@ -694,7 +721,7 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
 #endif
     }
     if (tid == 0) bad_s = 0;
-    float mx = -INFINITY, lmx = -INFINITY, cm = 0.0f;
+    float mx = -INFINITY, lmx = -INFINITY, cm = 0.0f, gm = 0.0f;
     bool bad = false;
     for (int s = tid; s < ns; s += nt) {
         const bool first = s == tid;
@@ -705,12 +732,14 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
         else mx = fmaxf(mx, v);
         lmx = fmaxf(lmx, lv);
         cm = fmaxf(cm, first ? cv0 : cmax_part[r * ns + s]);
+        gm = fmaxf(gm, first ? gv0 : gam_part[r * ns + s]);
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
         lmx = fmaxf(lmx, __shfl_xor_sync(0xffffffffu, lmx, off));
         cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, off));
+        gm = fmaxf(gm, __shfl_xor_sync(0xffffffffu, gm, off));
     }
     __syncthreads();  // bad_s is initialised
     if (bad) bad_s = 1;
@@ -718,12 +747,14 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
         red[tid >> 5][0] = mx;
         red[tid >> 5][1] = lmx;
         red[tid >> 5][2] = cm;
+        red[tid >> 5][3] = gm;
     }
     __syncthreads();
     for (int wi = 0; wi < (nt + 31) >> 5; ++wi) {  // max is exact: any order gives the same bits
         mx = fmaxf(mx, red[wi][0]);
         lmx = fmaxf(lmx, red[wi][1]);
         cm = fmaxf(cm, red[wi][2]);
+        gm = fmaxf(gm, red[wi][3]);
     }
     float L, la;
     if (bad_s) {
@@ -781,30 +812,36 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
     // than channels (the launch layer adds a warp when it certifies), the first thread without a
     // channel, while the others run the o loop; else thread 0 after its channel
     if (tid == (nt > D ? D : 0)) {
+        // the underflow term g0 (none where no token was attended: nothing to bound)
+        const bool any = bad_s || mx != -INFINITY;
+        cm = any ? __fadd_ru(cm, g0) : cm;
+        gm = any ? __fadd_ru(gm, g0) : gm;
+        la = any && mx != -INFINITY ? __fadd_ru(la, g0) : la;
         cmax[r] = cm;
+        gam[r] = gm;
         lse[r] = L;
         log_a[r] = la;
-        if (risk != nullptr) certify_cell(la, L, cm, risk[r], tv_bound[r]);
+        if (risk != nullptr) certify_cell(la, L, cm, gm, risk[r], tv_bound[r]);
     }
 }
 
 // decode_certify: grid ceil(n / 256), block 256: SPEC §5 per cell (certify_cell) into
 // preallocated float64 risk and tv_bound [n], so a decode step stays capturable in a CUDA graph.
 extern "C" __global__ void decode_certify(const float* __restrict__ log_a, const float* __restrict__ lse,
-                                          const float* __restrict__ cmax, int n, double* __restrict__ risk,
-                                          double* __restrict__ tv_bound) {
+                                          const float* __restrict__ cmax, const float* __restrict__ gam, int n,
+                                          double* __restrict__ risk, double* __restrict__ tv_bound) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) certify_cell(log_a[i], lse[i], cmax[i], risk[i], tv_bound[i]);
+    if (i < n) certify_cell(log_a[i], lse[i], cmax[i], gam[i], risk[i], tv_bound[i]);
 }
 
 // An explicit instantiation (the offline compile checks in tests/test_cuda_compile.py).
 #define WC_INST1(D, G, F)                                                                                 \
     template __global__ void decode_stage1<D, G, F, 0>(const float*, const i8*, const u16*, const u16*, const u16*, \
                                                  const int*, const int*, const int*, const int*, const int*,  \
-                                                 float*, float*, float*, float*, const int*, const u16*,      \
-                                                 const u16*, float*, float*, i64, int, int, int, int, int,    \
+                                                 float*, float*, float*, float*, float*, const int*,          \
+                                                 const u16*, const u16*, float*, float*, i64, int, int, int,  \
                                                  int, int, int, int, int, int, int, int, int, int, int, int,  \
-                                                 u32, u32, float, float, float);
+                                                 int, int, u32, u32, float, float, float, float, float);
 #ifdef WITCERT_INSTANTIATE_ALL
 // every shape the library launches
 #define WC_INST(D, G) WC_INST1(D, G, false) WC_INST1(D, G, true)

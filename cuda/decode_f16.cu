@@ -159,8 +159,8 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
     const float* __restrict__ q, const u16* __restrict__ vals, const u16* __restrict__ wit,
     const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
     const int* __restrict__ kv_last_page_len, float* __restrict__ o_part, float* __restrict__ lse_part,
-    float* __restrict__ lam_part, float* __restrict__ cmax_part, i64 N, int H, int layer, int NB, int page_shift,
-    int num_pages, int nnz, int num_splits, int tier, float sm) {
+    float* __restrict__ lam_part, float* __restrict__ cmax_part, float* __restrict__ gam_part, i64 N, int H, int layer,
+    int NB, int page_shift, int num_pages, int nnz, int num_splits, int tier, float sm, float gamma_exact) {
     static_assert(W == 1 || W == 2, "W: one warp, or two splitting the channels");
     static_assert(F16_PIPES >= 1 && 12 % F16_PIPES == 0, "F16_PIPES: a divisor of 12");
     constexpr int NP = f16_pipes(W);  // the CTA's pipelines (splits)
@@ -206,6 +206,7 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
     // ---- the split's token range, every page-table value checked before use (as decode_stage1)
     const RequestPages rp = request_pages(kv_indptr, kv_last_page_len, b, nnz, page_shift);
     bool poisoned = rp.poisoned;
+    int hbad = 0;  // heads with a non-finite logit (bit g): their query, which poisons them alone
     const SplitTokens st_ = split_tokens(rp, live ? s : 0, num_splits, page_shift);
     const i64 ta = st_.ta, tb = live ? st_.tb : st_.ta;  // a spare pipeline: an empty range
 
@@ -397,7 +398,7 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
             }
             // ---- the tile's softmax (lane = token; the same in every warp of a split) and the certifier's λ
             float lt[G], scg[G], p[G], ps[G];
-            tile_logits<G>(dot, sm2, valid, lt, poisoned);  // ℓ̃ in log2 units
+            tile_logits<G>(dot, sm2, valid, lt, hbad);  // ℓ̃ in log2 units
             softmax_tile_steps<G>(lt, valid, m, scg, p);
 #pragma unroll
             for (int g = 0; g < G; ++g) ps[g] = p[g];
@@ -464,13 +465,16 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
     // ---- outputs: every warp of a split holds the same m, l and poison flag (the same logits, the
     // same page ids); each writes its channels of o, the certifier the split's statistics
     poisoned = __any_sync(FULL, poisoned);
+    hbad = __reduce_or_sync(FULL, hbad);
+    (void)gamma_exact;
 #pragma unroll
     for (int g = 0; g < G; ++g) {
         const float L = F16_LANE_SUMS ? warp_sum(l[g]) : l[g];
         const i64 o = ((i64)b * Hq + h * G + g) * num_splits + s;
+        const bool dead = poisoned || ((hbad >> g) & 1);
         float r[CPL];
 #pragma unroll
-        for (int j = 0; j < CPL; ++j) r[j] = poisoned ? NAN : (L == 0.0f ? 0.0f : acc[g][j] / L);
+        for (int j = 0; j < CPL; ++j) r[j] = dead ? NAN : (L == 0.0f ? 0.0f : acc[g][j] / L);
         float* dst = &o_part[o * D + part * CH + CPL * lane];
         if constexpr (CPL == 4) {
             *reinterpret_cast<float4*>(dst) = make_float4(r[0], r[1], r[2], r[3]);
@@ -478,19 +482,14 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
             *reinterpret_cast<float2*>(dst) = make_float2(r[0], r[1]);
         }
         if (CERT && certifier) {
-            const float M2 = warp_max(m2[g]);
-            const float L2 = warp_sum(m2[g] == -INFINITY ? 0.0f : l2[g] * exp2f(m2[g] - M2));
-            const float CM = warp_max(cmx[g]);
-            if (lane == g) {
-                // back to natural-log units: the maxima were kept in log2 units
-                const float m2e = CM == INFINITY ? INFINITY : M2;
-                store_split_stats(o, poisoned, L, m[g] * F16_LN2 + logf(L),
-                                  m2e == INFINITY ? INFINITY : (L2 > 0.0f ? m2e * F16_LN2 + logf(L2) : -INFINITY),
-                                  CM, lse_part, lam_part, cmax_part);
-            }
+            // this kernel's c_t carries no evaluation term (SPEC §4.1): a certified launch reports
+            // "no guarantee" (the launch layer certifies fp16 stores with decode_stage1)
+            if (lane == g)
+                store_split_stats(o, dead, L, m[g] * F16_LN2 + logf(L), INFINITY, INFINITY, INFINITY, lse_part,
+                                  lam_part, cmax_part, gam_part);
         } else if (!CERT && part == 0 && lane == g) {  // no certificate: λ = −inf, cmax 0 (as tier 0)
-            store_split_stats(o, poisoned, L, m[g] * F16_LN2 + logf(L), -INFINITY, 0.0f, lse_part, lam_part,
-                              cmax_part);
+            store_split_stats(o, dead, L, m[g] * F16_LN2 + logf(L), -INFINITY, 0.0f, 0.0f, lse_part, lam_part,
+                              cmax_part, gam_part);
         }
     }
 }
@@ -499,7 +498,8 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
 #define WC_F16_INST(G, W, C)                                                                                   \
     template __global__ void decode_stage1_f16<G, W, C>(const float*, const u16*, const u16*, const int*,         \
                                                         const int*, const int*, const int*, float*, float*, float*, \
-                                                        float*, i64, int, int, int, int, int, int, int, int, float);
+                                                        float*, float*, i64, int, int, int, int, int, int, int, int,  \
+                                                        float, float);
 #ifdef WITCERT_INSTANTIATE_ALL
 #define WC_F16_INST_W(G) \
     WC_F16_INST(G, 1, false) WC_F16_INST(G, 1, true) WC_F16_INST(G, 2, false) WC_F16_INST(G, 2, true)

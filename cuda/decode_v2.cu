@@ -53,6 +53,7 @@
 #include "dequant.cuh"
 #include "cp_async.cuh"
 #include "griddep.cuh"
+#include "certificate.cuh"
 
 #define V2_THREADS 64
 #define V2_TILE 32
@@ -241,9 +242,9 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     const u16* __restrict__ outl, const u16* __restrict__ wit, const int* __restrict__ bypass_ch,
     const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
     const int* __restrict__ kv_last_page_len, float* __restrict__ o_part, float* __restrict__ lse_part,
-    float* __restrict__ lam_part, float* __restrict__ cmax_part, i64 N, int H, int layer, int head_base, int gs_shift,
-    int NP2, int NB, int page_shift, int num_pages, int nnz, int num_splits, int tier, u32 k0, u32 k1, float sm,
-    float log_budget, float beta_steps) {
+    float* __restrict__ lam_part, float* __restrict__ cmax_part, float* __restrict__ gam_part, i64 N, int H, int layer,
+    int head_base, int gs_shift, int NP2, int NB, int page_shift, int num_pages, int nnz, int num_splits, int tier,
+    u32 k0, u32 k1, float sm, float log_budget, float beta_steps, float gamma_per_beta, float gamma_exact) {
     static_assert(BITS == 0 || BITS == 8 || BITS == 16 || BITS == 24, "BITS: 0 (fp16 rows), 8, 16 or 24");
     static_assert(!(PLAIN && BITS == 0), "PLAIN: INT8 pools (an Fp16Pool's certificate is Tier A)");
     static_assert(!SPLIT || PLAIN, "SPLIT: the channel split is a PLAIN layout");
@@ -258,6 +259,11 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     __shared__ __align__(16) float bq1[G][8];  // sm Q1_g (2^-(m+1) + 2^-15)
     __shared__ float a_band[G][64];            // sm ||q_b|| per band
     __shared__ int cinf[G];  // PLAIN: the head's Tier-B coefficients overflow (c_t = +inf for every token)
+    // PLAIN: Γ_s ≤ rho·cmax_s (docs/certificate.md §10.4), the evaluation term's share of c_t bounded
+    // per head from its coefficients (Cauchy–Schwarz), so no token tracks γ_t; and b1²/b2 per group
+    __shared__ float rho[G];
+    __shared__ float csq[G][8];
+    __shared__ int s_bad;  // heads with a non-finite logit (bit g), then heads whose o is not (bit G + g)
     __shared__ short oidx[D];
     __shared__ __align__(16) float Vs[V2_TILE][V2_PAD];
     // INT8: the tile's staged rows per side, codes [0, 32) and fp16 scales [32, 36) in words; a
@@ -285,6 +291,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     const int tid = threadIdx.x, side = tid >> 5, lane = tid & 31;
     const int Hq = H * G;
     const float sm2 = sm * V2_LOG2E;
+    int hbad = 0;  // this thread's heads with a non-finite logit
+    if (tid == 0) s_bad = 0;
     bool off_layout = false;  // PLAIN launched on another layout: the split is poisoned below
     if constexpr (PLAIN) {
         off_layout = NP2 != 0 || (tier & 1) != 0 || gs_shift != V2_PLAIN_GS_SHIFT;
@@ -409,32 +417,23 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     const float log_term = log_budget + logf((float)max(S, (i64)1));
     // (K1, K2: not k1, the Philox key)
     const float K1 = __fmul_ru((float)WC_C_EVAL_SLACK, WC_LOG2E_UP), K2 = __fmul_ru(K1, K1);
+    const SmSplit smx = sm_split(sm);
+    // PLAIN folds the quantized channels' evaluation term into β's coefficient (SPEC §4.1):
+    // c_t = u_t + (1 + gamma_per_beta)·Σ_g s_g b1_g
+    const float fold = PLAIN ? __fadd_ru(1.0f, gamma_per_beta) : 1.0f;
     if (tier & 2) {
         for (int idx = tid; idx < G * NG; idx += V2_THREADS) {
             const int g = idx / NG, ch0 = (idx % NG) * gs;
-            float q2 = 0.0f, q1 = 0.0f;
-            // 16 channels at a time, their loads first, a bypassed channel's value zeroed (adding
-            // +0 to these non-negative sums changes no bit): the same sums in the same order as a
-            // loop that skips it, without a branch and two dependent shared loads per channel
-            // (run 124: ≈ 1.7 µs of the set-up at B = 1)
-            for (int c0 = ch0; c0 < ch0 + gs; c0 += 16) {
-                float v[16];
-#pragma unroll
-                for (int e = 0; e < 16; e += 4) {
-                    const float4 t = *reinterpret_cast<const float4*>(&q_s[g][c0 + e]);
-                    v[e] = t.x, v[e + 1] = t.y, v[e + 2] = t.z, v[e + 3] = t.w;
-                }
-                if (byp)
-#pragma unroll
-                    for (int e = 0; e < 16; ++e) v[e] = oidx[c0 + e] < 0 ? v[e] : 0.0f;
-#pragma unroll
-                for (int e = 0; e < 16; ++e) {
-                    q2 += v[e] * v[e];
-                    q1 += fabsf(v[e]);
-                }
-            }
-            float a2 = __fmul_ru(2.0f * (sm * sm / 12.0f) * q2 * log_term, K2);
-            float a1 = __fmul_ru(sm * q1 * beta_steps, K1);
+            // Σ|q'|, Σq'² on the group's normalized query (certificate.cuh), a bypassed channel
+            // left out
+            float q1, q2, b2, b1;
+            int e;
+            normalized_sums(q_s[g], gs, [&](int i) { return ch0 + i; }, [&](int i) { return byp && oidx[ch0 + i] >= 0; },
+                            q1, q2, e);
+            group_coefficients(smx, q1, q2, e, log_term, beta_steps, b2, b1);
+            csq[g][idx % NG] = b1 == 0.0f ? 0.0f : __fdiv_ru(__fmul_ru(b1, b1), b2);
+            float a2 = __fmul_ru(b2, K2);
+            float a1 = __fmul_ru(__fmul_ru(b1, fold), K1);
             if (PLAIN && !(a2 <= WC_F32_MAX && a1 <= WC_F32_MAX)) {  // (as the extend kernel's rows)
                 a2 = a1 = 0.0f;
                 cinf[g] = 1;
@@ -447,15 +446,20 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         const int per = D / NB;
         for (int idx = tid; idx < G * NB; idx += V2_THREADS) {
             const int g = idx / NB, bb = idx % NB;
-            float acc2 = 0.0f;
-            for (int j = 0; j < per; ++j) {
-                const float v = q_s[g][band_ch[bb * per + j]];
-                acc2 += v * v;
-            }
-            a_band[g][bb] = __fmul_ru(sm * sqrtf(acc2), K1);
+            float q1, q2;
+            int e;
+            normalized_sums(q_s[g], per, [&](int j) { return band_ch[bb * per + j]; }, [](int) { return false; }, q1,
+                            q2, e);
+            a_band[g][bb] = __fmul_ru(band_coefficient(smx, q2, e), K1);
         }
     }
     __syncthreads();
+    if (PLAIN && tid < G) {  // rho = min(gpb·sqrt(Σ_g b1²/b2), gpb/(1 + gpb)), rounded up
+        float t = 0.0f;
+        for (int gr = 0; gr < NG; ++gr) t = __fadd_ru(t, csq[tid][gr]);
+        const float r1 = __fmul_ru(__fmul_ru(gamma_per_beta, __fsqrt_ru(t)), (float)WC_C_EVAL_SLACK);
+        rho[tid] = fminf(r1, __fdiv_ru(gamma_per_beta, fold));
+    }
     if constexpr (PLAIN) {  // a head whose coefficients overflow has c_t = +inf at every token: so has cmax
 #pragma unroll
         for (int g = 0; g < G; ++g)
@@ -593,7 +597,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                 for (int kk = 0; kk < 4; ++kk) dot[j] = dot[j] + xp[glo + j][kk][lane];
             }
         }
-        tile_logits<GA>(dot, sm2, valid, lt, poisoned);  // ℓ̃ in log2 units
+        tile_logits<GA>(dot, sm2, valid, lt, hbad, glo);  // ℓ̃ in log2 units
         softmax_tile_steps<GA>(lt, valid, bm, sc, p);
 #pragma unroll
         for (int j = 0; j < GA; ++j)
@@ -693,7 +697,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
             // ---- B (same warp, lane = token): logits and the tile's softmax; the certificate's
             // c_t and λ are the V warp's (it has the slack: bench/NOTES.md session 6)
             float lt[G], sc[G], p[G];
-            tile_logits<G>(dot, sm2, valid, lt, poisoned);  // ℓ̃ in log2 units
+            tile_logits<G>(dot, sm2, valid, lt, hbad);  // ℓ̃ in log2 units
             softmax_tile_steps<G>(lt, valid, m, sc, p);
 #pragma unroll
             for (int g = 0; g < G; ++g) {
@@ -844,24 +848,37 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                 }
         }
     }
+    if (hbad) atomicOr(&s_bad, hbad);  // (rare: a non-finite query)
     poisoned = __syncthreads_or(poisoned);
+    const int bad_heads = s_bad;
+    __syncthreads();  // every thread has read s_bad: it now collects the heads whose o is not finite
 #pragma unroll
     for (int g = 0; g < G; ++g) {
         const i64 o = ((i64)b * Hq + h * G + g) * num_splits + s;
         const float L = st[g][1];
-        const float2 r = poisoned ? make_float2(NAN, NAN)
-                                  : (L == 0.0f ? make_float2(0.0f, 0.0f) : make_float2(acc[g][0] / L, acc[g][1] / L));
+        const bool dead = poisoned || ((bad_heads >> g) & 1);
+        const float2 r = dead ? make_float2(NAN, NAN)
+                              : (L == 0.0f ? make_float2(0.0f, 0.0f) : make_float2(acc[g][0] / L, acc[g][1] / L));
         *reinterpret_cast<float2*>(&o_part[o * D + 2 * tid]) = r;
+        if (!dead && !(is_finite32(r.x) && is_finite32(r.y))) atomicOr(&s_bad, 1 << (G + g));  // SPEC §3.6
     }
+    __syncthreads();
     if (tid < G) {
         const int g = tid;
         const i64 o = ((i64)b * Hq + h * G + g) * num_splits + s;
-        const float M = st[g][0], L = st[g][1], M2 = st[g][2], L2 = st[g][3];
+        const float M = st[g][0], L = st[g][1];
+        // a non-finite V row the head attended, or (outside PLAIN) a certified launch: this
+        // kernel's other layouts carry no evaluation term, so their certificate is "no guarantee"
+        // (the launch layer certifies those pools with decode_stage1)
+        const bool linf = st[g][2] == INFINITY || (tier && (((s_bad >> (G + g)) & 1) || !PLAIN));
+        const float M2 = st[g][2], L2 = st[g][3];
         // back to natural-log units: the maxima and cmax were kept in log2 units (cmax, a bound,
         // through the float ln 2, which is above ln 2, rounded up)
-        store_split_stats(o, poisoned, L, M * V2_LN2 + logf(L),
-                          M2 == INFINITY ? INFINITY : (L2 > 0.0f ? M2 * V2_LN2 + logf(L2) : -INFINITY),
-                          __fmul_ru(st[g][4], V2_LN2), lse_part, lam_part, cmax_part);
+        const float cm = linf ? INFINITY : __fmul_ru(st[g][4], V2_LN2);
+        const float gm = PLAIN ? __fmul_ru(rho[g], cm) : (tier ? INFINITY : 0.0f);
+        store_split_stats(o, poisoned || ((bad_heads >> g) & 1), L, M * V2_LN2 + logf(L),
+                          linf ? INFINITY : (L2 > 0.0f ? M2 * V2_LN2 + logf(L2) : -INFINITY), cm, gm, lse_part,
+                          lam_part, cmax_part, gam_part);
     }
 }
 
@@ -869,14 +886,16 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
 #define WC_V2_INST1(G, BITS, PLAIN)                                                                         \
     template __global__ void decode_stage1_v2<G, BITS, PLAIN>(const float*, const i8*, const u16*, const u16*, const u16*, \
                                                  const int*, const int*, const int*, const int*, const int*,  \
-                                                 float*, float*, float*, float*, i64, int, int, int, int, int, \
-                                                 int, int, int, int, int, int, u32, u32, float, float, float);
+                                                 float*, float*, float*, float*, float*, i64, int, int, int, int, \
+                                                 int, int, int, int, int, int, int, u32, u32, float, float, float, \
+                                                 float, float);
 // PLAIN with the sides split between the warps (the general path's layout; small batches)
 #define WC_V2_INST_SIDES(G, BITS)                                                                          \
     template __global__ void decode_stage1_v2<G, BITS, true, false>(const float*, const i8*, const u16*, const u16*, \
                                                  const u16*, const int*, const int*, const int*, const int*,  \
-                                                 const int*, float*, float*, float*, float*, i64, int, int, int, \
-                                                 int, int, int, int, int, int, int, int, u32, u32, float, float, float);
+                                                 const int*, float*, float*, float*, float*, float*, i64, int, int, \
+                                                 int, int, int, int, int, int, int, int, int, u32, u32, float, float, \
+                                                 float, float, float);
 #define WC_V2_INST(G)                                                                                     \
     WC_V2_INST1(G, 0, false) WC_V2_INST1(G, 8, false) WC_V2_INST1(G, 16, false) WC_V2_INST1(G, 24, false)  \
     WC_V2_INST1(G, 8, true) WC_V2_INST1(G, 16, true) WC_V2_INST1(G, 24, true)                                \

@@ -44,6 +44,7 @@
 #include "philox.cuh"
 #include "cp_async.cuh"
 #include "tc_operands.cuh"
+#include "certificate.cuh"
 
 #define XT_TILE 64
 #define XT_D 128
@@ -93,7 +94,8 @@ struct XtShared {
     u16 qh[XT_ROWS * XT_D];        // row-scaled query, high fp16 part (8 × 8 blocks, as the tiles)
     u16 ql[XT_ROWS * XT_D];        // low part: qs − qh rounded to fp16
     XtTile tile[2];  // two buffers: tile i+1 is written while tile i is read
-    float rowc[XT_ROWS][12];       // per row: c_t's A operands (u² coefficients [4], β coefficients [4]), ℓ̃ scale, infinite-c_t flag
+    float rowc[XT_ROWS][12];       // per row: c_t's A operands (u² coefficients [4], β coefficients [4]), ℓ̃ scale,
+                                   // infinite-c_t flag, rho (Γ ≤ rho·cmax, docs/certificate.md §10.4)
     int rowlen[XT_ROWS];           // tokens the row attends (0: no query in this row)
     int rowout[XT_ROWS];           // the row's (query, head) index qi·Hq + head, or -1
     // mma.sync path: raw codes of the next tile [K, V][token], 144-byte rows: conflict-free reads
@@ -304,10 +306,10 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     const int* __restrict__ qo_indptr, const int* __restrict__ tile_req, const int* __restrict__ tile_q0,
     const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices, const int* __restrict__ kv_last_page_len,
     float* __restrict__ o_part, float* __restrict__ lse_part, float* __restrict__ lam_part,
-    float* __restrict__ cmax_part, const XtTile* __restrict__ work, const u64* __restrict__ bad_tokens,
+    float* __restrict__ cmax_part, float* __restrict__ gam_part, const XtTile* __restrict__ work, const u64* __restrict__ bad_tokens,
     const int* __restrict__ img_base, const int* __restrict__ img_count, i64 N, int H, int layer, int head_base,
     int page_shift, int num_pages, int nnz, int num_splits, int causal, int tier, u32 k0, u32 k1, float sm,
-    float log_budget, float beta_steps) {
+    float log_budget, float beta_steps, float gamma_steps) {
     constexpr int D = XT_D;
     constexpr int QT = XT_ROWS / G;  // new tokens per tile
     extern __shared__ __align__(16) unsigned char xt_raw[];
@@ -354,7 +356,8 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
             amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
         }
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-        if (rv && !(amax <= WC_F32_MAX)) poisoned = true;
+        // (a non-finite query row poisons itself alone: its NaN stays in its own rows of the
+        // products, and its coefficients, non-finite too, give it an infinite certificate below)
         int e = 0;
         frexpf(amax, &e);
         const int shift = WC_TC_QUERY_EXPONENT - e;  // max |q|·2^shift ∈ [2^14, 2^15): qh, ql stay normal
@@ -362,6 +365,8 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
         const float k1 = __fmul_ru((float)WC_C_EVAL_SLACK, XT_LOG2E_UP), k2 = __fmul_ru(k1, k1);
         const float log_term = log_budget + logf((float)max(rv ? (causal ? S - n_new + (qi - qo0) + 1 : S) : 0,
                                                             (i64)1));
+        const SmSplit smx = sm_split(sm);
+        float rho2 = 0.0f;
 #pragma unroll
         for (int gg = 0; gg < 2; ++gg) {
             float x[32];
@@ -373,7 +378,7 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                 x[4 * i + 2] = v.z;
                 x[4 * i + 3] = v.w;
             }
-            float q2 = 0.0f, q1 = 0.0f, e1 = 0.0f, e2 = 0.0f;
+            float e1 = 0.0f, e2 = 0.0f;
 #pragma unroll
             for (int i = 0; i < 32; i += 2) {
                 u32 hw = 0, lw = 0;
@@ -388,25 +393,43 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                     const float r2 = __fsub_rn(r1, f16_to_f32(lb));  // exact likewise
                     hw |= (u32)hb << (16 * j);
                     lw |= (u32)lb << (16 * j);
-                    q2 += v * v;
-                    q1 += fabsf(v);
                     e1 += fabsf(r1);
                     e2 += fabsf(r2);
                 }
                 *reinterpret_cast<u32*>(&sh.qh[xt_off(r, hf * 64 + gg * 32 + i)]) = hw;
                 *reinterpret_cast<u32*>(&sh.ql[xt_off(r, hf * 64 + gg * 32 + i)]) = lw;
             }
-            e1 = ldexpf(e1, -shift);
-            e2 = ldexpf(e2, -shift);
-            // c_t's operands for the tensor cores (docs/certificate.md §9, step 6): in log2 units with the
-            // evaluation slack folded in, products rounded up, then rounded up to tf32
-            const float cu2 = 2.0f * (sm * sm / 12.0f) * q2 * log_term;
-            const float cb = sm * (q1 * beta_steps + WC_TC_CODE_BOUND * e2 + WC_TC_XI_BOUND * e1);
+            // c_t's operands for the tensor cores (docs/certificate.md §9, step 6; §10): the group's
+            // Σq², Σ|q| on its own normalized query (SPEC §4.2), the split's residual sums (row-scaled
+            // by 2^shift) and the tensor cores' accumulation with the fp32 group combination
+            // (gamma_steps per unit of sm·s_g·Q1_g, SPEC §4.1), each back by its power of two; in log2
+            // units with the evaluation slack folded in, products rounded up, then rounded up to tf32
+            float gmx = 0.0f, q1 = 0.0f, q2 = 0.0f;  // (certificate.cuh's normalized_sums, in registers)
+#pragma unroll
+            for (int i = 0; i < 32; ++i) gmx = fmaxf(gmx, fabsf(x[i]));
+            int eg;
+            frexpf(gmx, &eg);
+            if (!(gmx <= WC_F32_MAX)) eg = 0;
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                const float v = ldexpf(x[i], -eg);
+                q2 += v * v;
+                q1 += fabsf(v);
+            }
+            const float cu2 = coef_up(2.0f * (smx.m * smx.m / 12.0f) * q2 * log_term, 2 * (smx.e + eg), WC_COEF_FLOOR_2);
+            const float cres = coef_up(smx.m * (WC_TC_CODE_BOUND * e2 + WC_TC_XI_BOUND * e1), smx.e - shift,
+                                       WC_COEF_FLOOR_1);
+            const float cg = __fadd_ru(coef_up(smx.m * q1 * gamma_steps, smx.e + eg, WC_COEF_FLOOR_1), cres);
+            const float cb = __fadd_ru(coef_up(smx.m * q1 * beta_steps, smx.e + eg, WC_COEF_FLOOR_1), cg);
             sh.rowc[r][2 * hf + gg] = tf32_up(__fmul_ru(cu2, k2));
             sh.rowc[r][4 + 2 * hf + gg] = tf32_up(__fmul_ru(cb, k1));
+            // the evaluation term's share, Σ_g cg²/cu2 (Cauchy–Schwarz: γ_t ≤ u_t·sqrt of it)
+            rho2 = __fadd_ru(rho2, cg == 0.0f ? 0.0f : __fdiv_ru(__fmul_ru(cg, cg), cu2));
         }
+        rho2 = __fadd_ru(rho2, __shfl_xor_sync(0xffffffffu, rho2, 1));  // the row's other half
         if (hf == 0) {
             sh.rowc[r][8] = ldexpf(sm * XT_LOG2E, -shift);
+            sh.rowc[r][10] = fminf(1.0f, __fmul_ru(__fsqrt_ru(rho2), (float)WC_C_EVAL_SLACK));
             sh.rowlen[r] = rv ? (int)(causal ? S - n_new + (qi - qo0) + 1 : S) : 0;
             sh.rowout[r] = rv ? qi * Hq + h * G + g : -1;
         }
@@ -796,8 +819,10 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                                     : ((CI || !(L2 <= WC_F32_MAX))
                                            ? INFINITY
                                            : (L2 > 0.0f ? __fmaf_rn(m[rr], XT_LN2, logf(L2)) : -INFINITY));
-            store_split_stats(row, poisoned, L, __fmaf_rn(m[rr], XT_LN2, logf(L)), lam, CM, lse_part, lam_part,
-                              cmax_part);
+            // Γ_s ≤ rho·cmax (docs/certificate.md §10.4)
+            const float GM = tier ? __fmul_ru(sh.rowc[wr0 + grp + 8 * rr][10], CM) : 0.0f;
+            store_split_stats(row, poisoned, L, __fmaf_rn(m[rr], XT_LN2, logf(L)), lam, CM, GM, lse_part, lam_part,
+                              cmax_part, gam_part);
         }
     }
 }
@@ -805,9 +830,9 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
 #define WC_XT_INST(G)                                                                                          \
     template __global__ void extend_tc_stage1<G>(const float*, const i8*, const u16*, const int*, const int*, \
                                                     const int*, const int*, const int*, const int*, float*, float*, \
-                                                    float*, float*, const XtTile*, const u64*, const int*,         \
+                                                    float*, float*, float*, const XtTile*, const u64*, const int*, \
                                                     const int*, i64, int, int, int, int, int, int, int, int, int,  \
-                                                    u32, u32, float, float, float);
+                                                    u32, u32, float, float, float, float);
 #ifdef WITCERT_INSTANTIATE_ALL
 WC_XT_INST(1)
 WC_XT_INST(2)

@@ -99,7 +99,7 @@ def overflowing_query_group_case(backend, H=2, G=4, d=128, lengths=(40, 300), pa
     u² then meets 0·inf = NaN, while the logits stay finite.  Returns ``(pool, table, q)``."""
     rng = np.random.default_rng(11)
     indptr, indices, last, slots, npages = contiguous_table(list(lengths), page_size)
-    pool = wc.KVPool(1, H, d, npages, page_size, wc.QuantConfig(d, seed=3), backend=backend)
+    pool = wc.KVPool(1, H, d, npages, page_size, wc.QuantConfig(d, seed=3), keep_exact=True, backend=backend)
     xp = pool.xp
     for s in slots:
         k = random_rows(rng, len(s), H, d)

@@ -124,10 +124,11 @@ def test_certify_kernel_matches_the_python_formula():
     tv = cp.empty(n, cp.float64)
     from witcert_cupy import _cuda
 
+    gam = np.abs(rng.standard_normal(n) * 1e-3).astype(np.float32)
     _cuda.kernel("decode.cu", "decode_certify")(((n + 255) // 256,), (256,),
-                                                (cp.asarray(log_a), cp.asarray(lse), cp.asarray(cmax), np.int32(n),
-                                                 risk, tv))
-    r_ref = cert_mod.risk_from_log_a(log_a, lse)
+                                                (cp.asarray(log_a), cp.asarray(lse), cp.asarray(cmax), cp.asarray(gam),
+                                                 np.int32(n), risk, tv))
+    r_ref = cert_mod.risk_from_log_a(log_a, lse, gam)
     t_ref = cert_mod.tv_bound(r_ref, cmax)
     r_got, t_got = risk.get(), tv.get()
     assert np.array_equal(np.isinf(r_got), np.isinf(r_ref))

@@ -34,6 +34,27 @@ BETA_FP32_SLACK = 2.0 ** -15
 # bound on the exact-arithmetic formula.  Applied once, where c_t is formed, in both backends.
 C_EVAL_SLACK = 1.0 + 2.0 ** -10
 
+# SPEC §4.1, docs/certificate.md §10: the kernels' own fp32 evaluation of the logit is inside c_t.
+# An fp32 dot product of n terms in any order and grouping (fused or not) errs by at most
+# γ_n·Σ|q_c x̂_c|, γ_n = n·u/(1 − n·u), u = UNIT_ROUNDOFF; the logit adds LOGIT_ROUNDINGS more
+# roundings (the fp32 sm, sm·log2 e, the product with the dot, the log2 → natural conversion).
+# On quantized channels |x̂_c| ≤ CODE_ABS_BOUND·(1 + u)·s_g (|k − ξ| ≤ 127 + 1/2).
+UNIT_ROUNDOFF = 2.0 ** -24
+LOGIT_ROUNDINGS = 4
+CODE_ABS_BOUND = 127.5
+# Flush-to-zero (the GPU) or gradual underflow (the CPU) costs at most this much, absolutely, per
+# fp32 operation whose result or operand is below the smallest normal number.
+FP32_MIN_NORMAL = 2.0 ** -126
+# The certificate's per-head coefficients are formed on a power-of-two-rescaled query (SPEC §4.2) and
+# floored so that no per-token product with an fp16 scale (>= 2^-24) or witness underflows: a
+# coefficient multiplying a scale is at least COEF_FLOOR_1, one multiplying a squared scale (>= 2^-48)
+# at least COEF_FLOOR_2.  A floor only raises c_t.
+COEF_FLOOR_1 = 2.0 ** -102
+COEF_FLOOR_2 = 2.0 ** -78
+# sm_scale must be a normal fp32 number (a subnormal one is flushed to 0 on the GPU).
+SM_SCALE_MIN = 2.0 ** -126
+SM_SCALE_MAX = 2.0 ** 100
+
 # docs/certificate.md §6: log A is formed as the fp32 difference LSE(λ) − lse, which cannot resolve
 # less than a few ulps of |lse|.  R is computed from log A plus this many units of 2^-24·max(1, |lse|)
 # (8 ulps), so a head whose quantized tokens carry negligible weight never reports a bound of 0.
@@ -47,6 +68,15 @@ LOG_A_RESOLUTION_ULPS = 8.0
 TC_QUERY_EXPONENT = 15
 TC_CODE_BOUND = float(CODE_MAX)
 TC_XI_BOUND = 0.5
+
+# docs/certificate.md §10.5: the tensor-core extend kernel's own arithmetic.  A tensor-core fp32
+# accumulation of n exact fp16 products errs by at most n·TC_ACC_UNIT of their absolute sum (a
+# conservative model: truncation without guard bits at every step), its TC_PRODUCTS_PER_CHANNEL
+# products per channel (qh·k, ql·k, qh·(−ξ)) are at most TC_OPERAND_BOUND·|q'_c| together, and the
+# fp32 combination of the groups' sums with the scales and the logit scale adds NG + 4 roundings.
+TC_ACC_UNIT = 2.0 ** -22
+TC_PRODUCTS_PER_CHANNEL = 3
+TC_OPERAND_BOUND = 127.75
 
 # SPEC §2: bit layout of the Philox counter.
 SIDE_SHIFT = 31

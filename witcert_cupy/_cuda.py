@@ -59,6 +59,8 @@ def defines() -> list[str]:
         f"-DWC_TC_QUERY_EXPONENT={C.TC_QUERY_EXPONENT}",
         f"-DWC_TC_CODE_BOUND={f(C.TC_CODE_BOUND)}",
         f"-DWC_TC_XI_BOUND={f(C.TC_XI_BOUND)}",
+        f"-DWC_COEF_FLOOR_1={f(C.COEF_FLOOR_1)}",
+        f"-DWC_COEF_FLOOR_2={f(C.COEF_FLOOR_2)}",
     ]
 
 
@@ -235,19 +237,20 @@ def _pdl():
     return PDL and pdl_supported(cp.cuda.Device().id)
 
 
-def bind_merge(o_part, lse_part, lam_part, cmax_part, o, lse, log_a, cmax, risk=None, tv_bound=None,
-               prefetch=None):
+def bind_merge(o_part, lse_part, lam_part, cmax_part, gam_part, o, lse, log_a, cmax, gam, g0, risk=None,
+               tv_bound=None, prefetch=None):
     """A zero-argument launcher of ``decode_merge`` over split partials ``o_part [..., ns, d]`` and
-    ``lse_part / lam_part / cmax_part [..., ns]`` (float32) into ``o [..., d]`` and ``lse / log_a /
-    cmax [...]``; with ``risk`` and ``tv_bound`` (float64 ``[...]``) it certifies each cell in the same
-    launch (SPEC §5).  ``prefetch`` (tests) forces the shared-memory copy of the rows on or off; the
-    outputs are the same bits either way (the same sums in the same order)."""
+    ``lse_part / lam_part / cmax_part / gam_part [..., ns]`` (float32) into ``o [..., d]`` and
+    ``lse / log_a / cmax / gam [...]`` (``log A``, ``cmax`` and ``Γ`` raised by the underflow term
+    ``g0``, docs/certificate.md §10); with ``risk`` and ``tv_bound`` (float64 ``[...]``) it certifies
+    each cell in the same launch (SPEC §5).  ``prefetch`` (tests) forces the shared-memory copy of
+    the rows on or off; the outputs are the same bits either way (the same sums in the same order)."""
     *lead, ns, d = o_part.shape
     rows = int(np.prod(lead, dtype=np.int64))
     null = np.uint64(0)
     smem, pf = merge_smem_bytes(ns, d, prefetch)
-    args = (o_part, lse_part, lam_part, cmax_part, _i32(ns), _i32(d), o, lse, log_a, cmax,
-            null if risk is None else risk, null if tv_bound is None else tv_bound, _i32(pf))
+    args = (o_part, lse_part, lam_part, cmax_part, gam_part, _i32(ns), _i32(d), o, lse, log_a, cmax, gam,
+            null if risk is None else risk, null if tv_bound is None else tv_bound, _i32(pf), np.float32(g0))
     merge = kernel("decode.cu", "decode_merge")
     # the opt-in only ever grows, read from the function itself: kernel objects built apart (after a
     # rebuild with other options, bench/decode_variants.py) may share one CUDA function, and a
@@ -632,7 +635,11 @@ class DecodePlan:
         self.lse = cp.empty((B, Hq), cp.float32)
         self.log_a = cp.empty((B, Hq), cp.float32)
         self.cmax = cp.empty((B, Hq), cp.float32)
-        data, scales, outl, wit, bypass, (gs, k0, k1, bits, beta) = dev.store(layer)
+        self.gam = cp.empty((B, Hq), cp.float32)
+        data, scales, outl, wit, bypass, (gs, k0, k1, bits, _) = dev.store(layer)
+        # the certificate's per-launch constants (SPEC §4.1: the kernels' own evaluation term)
+        beta, gpb, gex = cert_mod.kernel_scalars(d, sm_scale, None if dev.fp16_store else bits)
+        g0 = cert_mod.f32_up(cert_mod.underflow_term(d, sm_scale))
         G = Hq // p.num_kv_heads
         logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
         P = max(0, int(max_pages))
@@ -641,8 +648,16 @@ class DecodePlan:
         # decode_stage1 serves everything
         v2_ok = ((dev.fp16_store or bits in (8, 16, 24)) and d == 128 and p.tier_map_dev is None and P == 0
                  and unroll == 0 and 128 // gs <= 8 and gs & (gs - 1) == 0 and dev.num_bands <= 64)
+        # its PLAIN layout (INT8, Tier B, no outlier channels, 32-channel groups)
+        plain = (not dev.fp16_store and bypass.shape[-1] == 0 and gs == V2_PLAIN_GROUP_SIZE
+                 and not cert_mod.tier_code(cert) & 1)
         # fp16 stores: the one-warp pipelined kernel (decode_f16.cu) under the same conditions
         f16_ok = dev.fp16_store and v2_ok
+        # a certified step needs the kernel's own evaluation term in c_t (SPEC §4.1): decode_stage1
+        # and PLAIN carry it; the staged kernels' other layouts and decode_f16 do not yet (asked for
+        # by name, they report "no guarantee"), so the library's choice for those is decode_stage1
+        auto_v2 = v2_ok and (cert is None or plain)
+        auto_f16 = f16_ok and cert is None
         if stage1 not in ("auto", "v1", "v2", "f16"):
             raise ValueError(f"stage1 must be 'auto', 'v1', 'v2' or 'f16', got {stage1!r}")
         if stage1 == "v2" and not v2_ok:
@@ -651,7 +666,7 @@ class DecodePlan:
         if stage1 == "f16" and not f16_ok:
             raise ValueError("decode_stage1_f16 serves d=128 fp16 stores with no page contributions")
         if stage1 == "auto":
-            stage1 = "f16" if f16_ok else ("v2" if v2_ok else "v1")
+            stage1 = "f16" if auto_f16 else ("v2" if auto_v2 else "v1")
         self.kernel_name = stage1
         sides = False  # decode_stage1_v2's PLAIN layout with the warps on the sides (below)
         npipe = f16_pipes() if stage1 == "f16" else 1  # splits per CTA
@@ -669,8 +684,6 @@ class DecodePlan:
             # Tier-A term; decode_v2.cu), the same results in less code
             # (the channel split, a fourth argument, by the batch: V2_SPLIT_MIN_PAIRS; below it by G and
             # the tiles per split once the split count is known, V2_SPLIT_MIN_G)
-            plain = (not dev.fp16_store and bypass.shape[-1] == 0 and gs == V2_PLAIN_GROUP_SIZE
-                     and not cert_mod.tier_code(cert) & 1)
             layout = ("true" if B * p.num_kv_heads >= V2_SPLIT_MIN_PAIRS else "true, false") if plain else "false"
             sides = layout == "true, false"
             self.stage1_template = f"decode_stage1_v2<{G}, {0 if dev.fp16_store else bits}, {layout}>"
@@ -702,19 +715,22 @@ class DecodePlan:
         self.lse_part = cp.empty((B, Hq, ns), cp.float32)
         self.lam_part = cp.empty((B, Hq, ns), cp.float32)
         self.cmax_part = cp.empty((B, Hq, ns), cp.float32)
+        self.gam_part = cp.empty((B, Hq, ns), cp.float32)
         self.grid1 = (-(-ns // npipe), p.num_kv_heads, B)
         common = (self.q, data, scales, outl, wit, bypass, dev.band_ch, self.ip, self.ix, self.ll, self.o_part,
-                  self.lse_part, self.lam_part, self.cmax_part)
+                  self.lse_part, self.lam_part, self.cmax_part, self.gam_part)
         if self.kernel_name == "f16":
             self.args1 = (self.q, data, wit, dev.band_ch, self.ip, self.ix, self.ll, self.o_part, self.lse_part,
-                          self.lam_part, self.cmax_part, np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer),
-                          _i32(dev.num_bands), _i32(int(math.log2(p.page_size))), _i32(p.num_pages),
-                          _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)), np.float32(sm_scale))
+                          self.lam_part, self.cmax_part, self.gam_part, np.int64(p.num_slots), _i32(p.num_kv_heads),
+                          _i32(layer), _i32(dev.num_bands), _i32(int(math.log2(p.page_size))), _i32(p.num_pages),
+                          _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)), np.float32(sm_scale),
+                          np.float32(gex))
         elif self.kernel_name == "v2":
             self.args1 = (*common, np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset),
                           _i32(gs.bit_length() - 1), _i32(bypass.shape[-1]), _i32(dev.num_bands), _i32(int(math.log2(p.page_size))),
                           _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)),
-                          np.uint32(k0), np.uint32(k1), np.float32(sm_scale), np.float32(logb), np.float32(beta))
+                          np.uint32(k0), np.uint32(k1), np.float32(sm_scale), np.float32(logb), np.float32(beta),
+                          np.float32(gpb), np.float32(gex))
         else:
             null = np.uint64(0)
             if p.tier_map_dev is not None:  # the exact tier of this layer (SPEC §7)
@@ -729,14 +745,14 @@ class DecodePlan:
                           _i32(int(math.log2(p.page_size))), _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns),
                           _i32(cert_mod.tier_code(cert)), _i32(bits), *tier_dims, _i32(P > 0), _i32(P),
                           _i32(p.kv_head_offset), np.uint32(k0), np.uint32(k1), np.float32(sm_scale),
-                          np.float32(logb), np.float32(beta))
+                          np.float32(logb), np.float32(beta), np.float32(gpb), np.float32(gex))
         self.risk = cp.empty((B, Hq), cp.float64)
         self.tv_bound = cp.empty((B, Hq), cp.float64)
         # the merge certifies each cell in the same launch when the step is certified
         cert_out = (self.risk, self.tv_bound) if cert is not None else (None, None)
         self._stage1 = Launcher(self.stage1, self.grid1, (self.block1,), self.args1, self.smem1, pdl=_pdl())
-        self.merge = bind_merge(self.o_part, self.lse_part, self.lam_part, self.cmax_part, self.o, self.lse,
-                                self.log_a, self.cmax, *cert_out)
+        self.merge = bind_merge(self.o_part, self.lse_part, self.lam_part, self.cmax_part, self.gam_part, self.o,
+                                self.lse, self.log_a, self.cmax, self.gam, g0, *cert_out)
 
     def launch(self):
         """Launch the step's kernels on the current stream (no allocation, no host read)."""
@@ -773,7 +789,7 @@ class DecodePlan:
         if self.max_pages > 0:
             contrib = cert_mod.page_contributions(self.page_lse, self.page_lam, self.lse, cp)
         return DecodeResult(self.o, self.lse, self.log_a, self.risk, self.tv_bound, self.cmax, num_splits=self.ns,
-                            page_contrib=contrib)
+                            page_contrib=contrib, gamma=self.gam)
 
 
 class Fp16PoolDevice(_DeviceBase):

@@ -169,6 +169,8 @@ class ExtendPlan:
         self.lse_part = cp.empty((n, Hq, self.ns), cp.float32)
         self.lam_part = cp.empty((n, Hq, self.ns), cp.float32)
         self.cmax_part = cp.empty((n, Hq, self.ns), cp.float32)
+        self.gam_part = cp.empty((n, Hq, self.ns), cp.float32)
+        self.gam = cp.empty((n, Hq), cp.float32)
         self.o = cp.empty((n, Hq, d), cp.float32)
         self.lse = cp.empty((n, Hq), cp.float32)
         self.log_a = cp.empty((n, Hq), cp.float32)
@@ -208,15 +210,18 @@ class ExtendPlan:
                               _i32(int(math.log2(p.page_size))), _i32(p.num_pages), _i32(self.ix.shape[0]),
                               np.uint32(k0), np.uint32(k1))
         self.args1 = (self.q, p.codes, p.scales.view(cp.uint16), self.qo, self.tile_req, self.tile_q0, self.ip,
-                      self.ix, self.ll, self.o_part, self.lse_part, self.lam_part, self.cmax_part, self.work,
+                      self.ix, self.ll, self.o_part, self.lse_part, self.lam_part, self.cmax_part, self.gam_part,
+                      self.work,
                       self.bad_tokens, self.img_base, self.img_count, np.int64(p.num_slots),
                       _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset),
                       _i32(int(math.log2(p.page_size))), _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(self.ns),
                       _i32(1 if causal else 0), _i32(cert_mod.tier_code(cert)), np.uint32(k0), np.uint32(k1),
-                      np.float32(sm_scale), np.float32(logb), np.float32(cert_mod.beta_steps(cfg.dither_bits)))
+                      np.float32(sm_scale), np.float32(logb), np.float32(cert_mod.beta_steps(cfg.dither_bits)),
+                      np.float32(cert_mod.tc_gamma_steps(cfg.group_size, cfg.num_groups)))
         cert_out = (self.risk, self.tv_bound) if cert is not None else (None, None)
-        self.merge = bind_merge(self.o_part, self.lse_part, self.lam_part, self.cmax_part, self.o, self.lse,
-                                self.log_a, self.cmax, *cert_out)
+        g0 = cert_mod.f32_up(cert_mod.underflow_term(d, sm_scale))
+        self.merge = bind_merge(self.o_part, self.lse_part, self.lam_part, self.cmax_part, self.gam_part, self.o,
+                                self.lse, self.log_a, self.cmax, self.gam, g0, *cert_out)
 
     def launch(self):
         """Launch stage 1, the merge and the certificate on the current stream (no allocation, no
@@ -240,5 +245,5 @@ class ExtendPlan:
 
         if self.cert is None:
             return DecodeResult(self.o, self.lse, num_splits=self.ns, kernel="extend_tc")
-        return DecodeResult(self.o, self.lse, self.log_a, self.risk, self.tv_bound, self.cmax, num_splits=self.ns,
+        return DecodeResult(self.o, self.lse, self.log_a, self.risk, self.tv_bound, self.cmax, num_splits=self.ns, gamma=self.gam,
                             kernel="extend_tc")

@@ -41,12 +41,84 @@ def beta_steps(dither_bits: int) -> np.float32:
     return np.float32(2.0 ** -(dither_bits + 1) + C.BETA_FP32_SLACK)
 
 
+def f32_up(x: float) -> np.float32:
+    """The float32 at or above the float64 ``x`` (``+inf`` past the fp32 range)."""
+    f = np.float32(x)
+    if float(f) < x:
+        f = np.nextafter(f, np.float32(np.inf))
+    return f
+
+
+def dot_gamma(head_dim: int) -> float:
+    """``γ_n = n·u/(1 − n·u)`` for ``n = d + LOGIT_ROUNDINGS`` (SPEC §4.1): the relative bound, over
+    ``Σ_c |q_c x̂_c|``, on how far the kernels' fp32 logit lies from ``sm·q·x̂`` (float64)."""
+    n = head_dim + C.LOGIT_ROUNDINGS
+    return n * C.UNIT_ROUNDOFF / (1.0 - n * C.UNIT_ROUNDOFF)
+
+
+def gamma_steps(head_dim: int) -> np.float32:
+    """The evaluation term per unit of ``sm·s_g·Q1_g`` on quantized channels:
+    ``127.5·(1 + u)·γ_n`` rounded up (``|x̂_c| ≤ 127.5·(1 + u)·s_g``)."""
+    return f32_up(C.CODE_ABS_BOUND * (1.0 + C.UNIT_ROUNDOFF) * dot_gamma(head_dim))
+
+
+def gamma_exact(head_dim: int, sm_scale: float) -> np.float32:
+    """The evaluation term per unit of ``Σ_c |q_c|·|x_c|`` over exact channels (outlier pairs,
+    exact-tier pages, fp16 stores): ``sm·γ_n`` rounded up, at least the smallest normal fp32."""
+    return f32_up(max(sm_scale * dot_gamma(head_dim), C.FP32_MIN_NORMAL))
+
+
+def underflow_term(head_dim: int, sm_scale: float) -> float:
+    """``g₀``: what underflow (flush-to-zero on the GPU) can take from a logit and from the exact
+    channels' evaluation term, absolutely (docs/certificate.md §10.3).  Every ``c_t`` is short of
+    its formula by at most ``g₀``, so the merge adds it to ``log A`` and ``cmax``."""
+    return (1.0 + 2.0 ** -10) * (sm_scale * head_dim * 2.0 ** -102 + 2.0 ** -124)
+
+
+def gamma_per_beta(head_dim: int, dither_bits: int) -> np.float32:
+    """``gamma_steps / beta_steps`` rounded up: the quantized channels' evaluation term is this times
+    β's sum ``Σ_g s_g·b1_g`` (both coefficients are ``sm·Q1_g`` times a constant, and ``b1_g`` is
+    never below ``sm·Q1_g·beta_steps``)."""
+    return f32_up(float(gamma_steps(head_dim)) / float(beta_steps(dither_bits)))
+
+
+def kernel_scalars(head_dim: int, sm_scale: float, dither_bits: int | None):
+    """``(beta_steps, gamma_per_beta, gamma_exact)`` float32 for a decode launch; an fp16 store
+    (``dither_bits=None``) has no β and no quantized channels."""
+    if dither_bits is None:
+        return np.float32(0), np.float32(0), gamma_exact(head_dim, sm_scale)
+    return beta_steps(dither_bits), gamma_per_beta(head_dim, dither_bits), gamma_exact(head_dim, sm_scale)
+
+
+def tc_gamma_steps(group_size: int, num_groups: int) -> np.float32:
+    """The tensor-core extend kernel's evaluation term per unit of ``sm·s_g·Q1_g`` (rounded up): its
+    fp32 tensor-core accumulation of each group's products and the fp32 combination of the groups
+    (docs/certificate.md §10.5); the query split's residual is added apart (§9)."""
+    n = C.TC_PRODUCTS_PER_CHANNEL * group_size
+    return f32_up(C.TC_OPERAND_BOUND * (n * C.TC_ACC_UNIT + (num_groups + 4) * C.UNIT_ROUNDOFF))
+
+
+def check_sm_scale(sm_scale, head_dim: int) -> float:
+    """``sm_scale`` (None: ``1/sqrt(d)``) as a float that is a normal fp32 number within
+    ``[SM_SCALE_MIN, SM_SCALE_MAX]`` (SPEC §4.2: a subnormal one would flush to 0 on the GPU)."""
+    if sm_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(sm_scale, (bool, np.bool_)) or not isinstance(sm_scale, (int, float, np.floating, np.integer)):
+        raise TypeError(f"sm_scale must be a real number, got {type(sm_scale).__name__}")
+    v = float(sm_scale)
+    if not (C.SM_SCALE_MIN <= v <= C.SM_SCALE_MAX):
+        raise ValueError(f"sm_scale must lie in [2^-126, 2^100] (a normal float32), got {sm_scale!r}")
+    return v
+
+
 def tier_code(cert: CertConfig | None) -> int:
     return 0 if cert is None else C.TIERS[cert.tier]
 
 
-def risk_from_log_a(log_a, lse, xp=np):
-    """``R = (A² − 1)/2 = expm1(2 log A)/2`` (SPEC §5); NaN is treated as ``+inf``.
+def risk_from_log_a(log_a, lse, gamma=None, xp=np):
+    """``R = (A'² − 1)/2 = expm1(2 log A')/2`` with ``log A' = log A + Γ`` (SPEC §5; docs/certificate.md
+    §10.4: ``Γ``, the kernel's largest evaluation term, makes R hold for both readings of ``p̃``);
+    NaN is treated as ``+inf``.
 
     ``log A`` comes from the fp32 difference ``LSE(λ) − lse``: it is raised by the resolution of
     that subtraction (``LOG_A_RESOLUTION_ULPS`` ulps of ``max(1, |lse|)``) before use, so a tiny
@@ -54,6 +126,8 @@ def risk_from_log_a(log_a, lse, xp=np):
     (``lse = -inf``) keep ``R = 0``.
     """
     la = log_a.astype(xp.float64)
+    if gamma is not None:
+        la = la + gamma.astype(xp.float64)
     l64 = lse.astype(xp.float64)
     res = C.LOG_A_RESOLUTION_ULPS * 2.0 ** -24 * xp.maximum(1.0, xp.abs(l64))
     la = la + xp.where(xp.isfinite(l64), res, 0.0)

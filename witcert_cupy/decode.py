@@ -24,8 +24,12 @@ class DecodeResult:
     ----------
     o : float32 ``[B, Hq, d]``
     lse : float32 ``[B, Hq]``, natural log of the softmax denominator of ``ℓ̃``
-    log_a : float32 ``[B, Hq]`` or None, ``log A`` with ``A = Σ p̃_t e^{c_t}``
-    risk : float64 ``[B, Hq]`` or None, ``R = (A² − 1)/2``
+    log_a : float32 ``[B, Hq]`` or None, ``log A`` with ``A = Σ p̃_t e^{c_t}`` over the kernel's own
+        weights (``c_t`` includes the kernel's evaluation term ``γ_t``, SPEC §4.1)
+    gamma : float32 ``[B, Hq]`` or None, ``Γ = max_t γ_t``: how far the kernel's logits may lie from
+        ``sm·q·x̂`` in exact arithmetic (the second reading of ``p̃``, SPEC §5)
+    risk : float64 ``[B, Hq]`` or None, ``R = (A'² − 1)/2`` with ``log A' = log A + Γ``: a bound on
+        both readings of ``p̃``
     tv_bound : float64 ``[B, Hq]`` or None, ``min(1, R, tanh(cmax/2))``
     cmax : float32 ``[B, Hq]`` or None, ``max_t c_t``
 
@@ -48,6 +52,7 @@ class DecodeResult:
     num_splits: int = 1
     page_contrib: object = None
     kernel: str | None = None
+    gamma: object = None
 
 
 @dataclass(frozen=True)
@@ -135,11 +140,7 @@ def _check_common(q, pool, layer, sm_scale, cert, num_splits):
         raise ValueError(f"q has {Hq} heads, not a multiple of the pool's {pool.num_kv_heads} kv heads")
     if cert is not None and cert.num_q_heads is not None and cert.num_q_heads < Hq:
         raise ValueError(f"cert.num_q_heads ({cert.num_q_heads}) is below the {Hq} query heads of q")
-    if sm_scale is None:
-        sm_scale = 1.0 / math.sqrt(pool.head_dim)
-    elif isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float, np.floating)) \
-            or not math.isfinite(sm_scale) or sm_scale <= 0:
-        raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale!r}")
+    sm_scale = cert_mod.check_sm_scale(sm_scale, pool.head_dim)
     if num_splits is not None:
         num_splits = _int_arg("num_splits", num_splits, lo=1, hi=4096)
     return layer, float(sm_scale), num_splits
@@ -232,13 +233,13 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
                 u16(pool.witness[layer, 0]), pool.codes[layer, 1], u16(pool.scales[layer, 1]),
                 u16(pool.outliers[layer, 1]), pool.bypass_ch[layer])
         quant = (k0, k1, cfg.dither_bits, cfg.group_size)
-        beta = cert_mod.beta_steps(cfg.dither_bits)
+        scalars = cert_mod.kernel_scalars(d, sm_scale, cfg.dither_bits)
     else:  # stored fp16 values: no scales, outliers or dither
         none16 = np.zeros((pool.num_kv_heads, 1, 1), np.uint16)
         data = (u16(pool.values[layer, 0]), none16, none16, u16(pool.witness[layer, 0]),
                 u16(pool.values[layer, 1]), none16, none16, np.zeros((pool.num_kv_heads, 0), np.int32))
         quant = (0, 0, 8, d)
-        beta = np.float32(0)
+        scalars = cert_mod.kernel_scalars(d, sm_scale, None)
     if getattr(pool, "tier_map", None) is None:  # no exact tier: every page is quantized
         layer_map = np.broadcast_to(np.int32(-1), (pool.num_kv_heads, pool.num_pages))  # no allocation
         tier_k = tier_v = np.zeros((1, pool.page_size, d), np.uint16)
@@ -247,18 +248,21 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
     P = max(1, int(np.max(np.diff(pt.indptr)))) if B and page_contrib else 1
     page_lse = np.full((B, Hq, P), -np.inf, np.float32)
     page_lam = np.full((B, Hq, P), -np.inf, np.float32)
+    gam_part = np.empty((B, Hq, ns), np.float32)
     decode_stage1(np.ascontiguousarray(q32), *data, bands, pt.indptr, pt.indices, pt.last_page_len,
-                  pool.page_size, np.float32(sm_scale), layer, pool.kv_head_offset, *quant, tier, logb, beta, ns,
-                  isinstance(pool, Fp16Pool), layer_map, tier_k, tier_v, bool(page_contrib), o_part, lse_part,
-                  lam_part, cmax_part, page_lse, page_lam)
+                  pool.page_size, np.float32(sm_scale), layer, pool.kv_head_offset, *quant, tier, logb, *scalars,
+                  ns, isinstance(pool, Fp16Pool), layer_map, tier_k, tier_v, bool(page_contrib), o_part, lse_part,
+                  lam_part, cmax_part, gam_part, page_lse, page_lam)
     o = np.empty((B, Hq, d), np.float32)
     lse = np.empty((B, Hq), np.float32)
     log_a = np.empty((B, Hq), np.float32)
     cmax = np.empty((B, Hq), np.float32)
-    merge_splits(o_part, lse_part, lam_part, cmax_part, o, lse, log_a, cmax)
+    gam = np.empty((B, Hq), np.float32)
+    merge_splits(o_part, lse_part, lam_part, cmax_part, gam_part, cert_mod.f32_up(cert_mod.underflow_term(d, sm_scale)),
+                 o, lse, log_a, cmax, gam)
     if cert is None:
         return DecodeResult(o, lse, num_splits=ns)
-    risk = cert_mod.risk_from_log_a(log_a, lse)
+    risk = cert_mod.risk_from_log_a(log_a, lse, gam)
     contrib = cert_mod.page_contributions(page_lse, page_lam, lse) if page_contrib else None
     return DecodeResult(o, lse, log_a, risk, cert_mod.tv_bound(risk, cmax), cmax, num_splits=ns,
-                        page_contrib=contrib)
+                        page_contrib=contrib, gamma=gam)

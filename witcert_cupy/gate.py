@@ -41,7 +41,8 @@ class GateReport:
     tier_full : bool
         The exact tier ran out: some head may still exceed τ, and its certificate says so.
     over_threshold : bool ``[B, Hq]``
-        Heads still above the threshold after the last recomputation.
+        Heads still above the threshold after the last recomputation (heads whose query is not
+        finite are never repaired and not counted here; their certificate is infinite).
     mode : str
         ``'certified'`` (τ < 1) or ``'risk-ranked'`` (τ ≥ 1).
     history : list of dict
@@ -110,13 +111,17 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
     else:
         qq = to_numpy("q", q)
         tables = (pt.indptr, pt.indices, pt.last_page_len)
+    # a head whose query is not finite has a non-finite certificate that no page can mend: skipped
+    q_finite = np.isfinite(host(qq).astype(np.float32)).all(-1)
     kw = dict(layer=layer, kv_indptr=tables[0], kv_indices=tables[1], kv_last_page_len=tables[2],
               sm_scale=sm_scale, cert=cert, num_splits=num_splits)
     for rnd in range(max_rounds + 1):
         res = decode_attention(qq, pool, page_contrib=True, **kw)
-        A = _a_of(host(res.log_a))
+        A1 = _a_of(host(res.log_a))            # Σ p̃ e^{c}: what the page contributions decompose
+        growth = _a_of(host(res.gamma))        # e^Γ: the reported bound is on A1·e^Γ (SPEC §5)
+        A = A1 * growth
         page_contrib = host(res.page_contrib)
-        over = A > thr
+        over = (A > thr) & q_finite
         report.over_threshold = over
         if not over.any() or rnd == max_rounds or report.tier_full:
             break
@@ -134,7 +139,8 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
                     continue
                 # shortest prefix predicted to bring every offending head under the threshold
                 cum = np.cumsum(contrib[:, order], axis=1)                     # [heads, k]
-                ok = np.all(A[b, heads][:, None] - cum <= thr, axis=0)
+                with np.errstate(invalid="ignore"):  # an infinite A (no guarantee) stays over
+                    ok = np.all((A1[b, heads][:, None] - cum) * growth[b, heads][:, None] <= thr, axis=0)
                 k = int(np.argmax(ok)) + 1 if ok.any() else len(order)
                 for j in order[:k]:
                     try:
@@ -144,7 +150,8 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
                         break
                     report.bytes_paged_in[b] += moved
                     report.pages_repaired += moved > 0
-                    predicted[b, heads] -= contrib[:, j]
+                    with np.errstate(invalid="ignore"):
+                        predicted[b, heads] -= contrib[:, j] * growth[b, heads]
                 if report.tier_full:
                     break
             if report.tier_full:

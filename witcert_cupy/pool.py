@@ -104,6 +104,10 @@ class PagedPool:
         tm = self.tier_map
         if tm is None:
             raise ValueError("this pool has no exact tier (exact_tier_pages=0)")
+        # every argument checked before anything changes (a bad call must not consume a tier slot)
+        layer = _int_arg("layer", layer, lo=0, hi=self.num_layers - 1)
+        kv_head = _int_arg("kv_head", kv_head, lo=0, hi=self.num_kv_heads - 1)
+        page = _int_arg("page", page, lo=0, hi=self.num_pages - 1)
         if tm[layer, kv_head, page] >= 0:
             return 0
         if not self._tier_free:

@@ -103,6 +103,53 @@ def c_tier_b(q, scales, config: QuantConfig, *, layer, kv_heads_bypass, S, delta
     return u + beta
 
 
+def c_gamma(q, k_hat, scales, config: QuantConfig, *, kv_heads_bypass, sm_scale=None, exact=None):
+    """float64 ``γ_t`` (SPEC §4.1), the kernels' own evaluation term, as the kernels bound it:
+    ``sm·γ_n·(Σ_{c∉O} |q_c|·127.5(1 + u)·s_{t,g(c)} + Σ_{c∈O} |q_c||x̂_c|)`` on quantized tokens and
+    ``sm·γ_n·Σ_c |q_c||x̂_c|`` on exact ones (``exact [S]`` bool, or None).
+
+    q ``[Hq, d]``, k_hat ``[S, Hkv, d]``, scales ``[S, Hkv, ng]`` (None for an fp16 store, where every
+    channel is exact) → ``[Hq, S]``.
+    """
+    from . import certificate
+
+    q, kh, G = _gqa(q, np.asarray(k_hat, np.float64))
+    Hq, d = q.shape
+    S, Hkv = kh.shape[0], kh.shape[1]
+    sm = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
+    gam = certificate.dot_gamma(d)
+    aq = np.abs(q)
+    khr = np.repeat(np.abs(kh), G, axis=1)  # [S, Hq, d]
+    if scales is None:
+        return sm * gam * np.einsum("hd,shd->hs", aq, khr)
+    byp = np.zeros((Hkv, d), bool)
+    for h in range(Hkv):
+        byp[h, kv_heads_bypass[h]] = True
+    bq = np.repeat(byp, G, axis=0)  # [Hq, d]
+    gs = config.group_size
+    q1 = (aq * ~bq).reshape(Hq, -1, gs).sum(-1)
+    ss = np.repeat(np.asarray(scales, np.float64), G, axis=1)  # [S, Hq, ng]
+    quant = float(certificate.gamma_steps(d)) * sm * np.einsum("shg,hg->hs", ss, q1)
+    outl = sm * gam * np.einsum("hd,shd->hs", aq * bq, khr)
+    full = sm * gam * np.einsum("hd,shd->hs", aq, khr)
+    if exact is None:
+        return quant + outl
+    return np.where(np.asarray(exact, bool)[None, :], full, quant + outl)
+
+
+def reported_log_a(p_tilde, c, gamma, *, head_dim, sm_scale):
+    """float64 ``(log A, Γ, cmax)`` as the kernels report them (docs/certificate.md §10) from the
+    per-token ``c_t`` *before* γ (``[Hq, S]``, +inf allowed) and ``γ_t``: ``c_t + γ_t`` and ``γ_t``
+    carry the evaluation slack, and each of the three is raised by ``g₀``."""
+    from . import certificate
+
+    ct = (c + gamma) * C.C_EVAL_SLACK
+    g0 = certificate.underflow_term(head_dim, sm_scale)
+    with np.errstate(over="ignore"):
+        la = np.log((p_tilde * np.exp(ct)).sum(-1))
+    return la + g0, (gamma * C.C_EVAL_SLACK).max(-1) + g0, ct.max(-1) + g0
+
+
 def e_form_risk(p_tilde, c):
     """``R = (A² − 1)/2`` with ``A = Σ p̃ e^c`` in float64 (SPEC §5)."""
     A = np.sum(p_tilde * np.exp(c), axis=-1)

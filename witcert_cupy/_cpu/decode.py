@@ -6,6 +6,8 @@ softmax ``(m, l, acc)``, the certificate accumulator ``λ = log Σ e^{ℓ̃+c}``
 max, and ``cmax``.  Stage 2 (:func:`merge_splits`) combines splits exactly (SPEC §6).
 """
 
+import math
+
 import numpy as np
 from numba import njit, prange
 
@@ -16,6 +18,8 @@ from .write import reconstruct_row
 _F32_MAX = np.float32(3.4028234663852886e38)
 _INF = np.float32(np.inf)
 _SLACK = np.float32(C.C_EVAL_SLACK)
+_FLOOR1 = C.COEF_FLOOR_1
+_FLOOR2 = C.COEF_FLOOR_2
 
 TIER_NONE = 0
 
@@ -26,12 +30,84 @@ def _finite_or_inf(c):
     return c if c <= _F32_MAX else _INF
 
 
+@njit(inline="always", cache=True)
+def _exp2_of_max(mx):
+    """``e`` with ``mx = f·2^e``, ``f ∈ [1/2, 1)`` (0 for ``mx = 0``): the power of two that
+    normalizes a query group (SPEC §4.2)."""
+    if mx == 0.0:
+        return 0
+    return math.frexp(mx)[1]
+
+
+@njit(inline="always", cache=True)
+def coef_up(x, e, floor):
+    """float32 ``≥ x·2^e`` (exact where that is a normal fp32 number), at least ``floor`` when
+    ``x > 0``, ``+inf`` for a non-finite ``x`` or past the fp32 range: a per-head certificate
+    coefficient formed on a normalized query (docs/certificate.md §10.2).  Twin of ``coef_up`` in
+    ``cuda/certificate.cuh``."""
+    if x == 0.0:
+        return np.float32(0.0)
+    if not (x <= _F32_MAX):
+        return _INF
+    r = math.ldexp(np.float64(x), e)
+    if r < floor:
+        r = floor
+    return np.float32(r) if r <= np.float64(_F32_MAX) else _INF
+
+
+@njit(cache=True)
+def head_coefficients(qv, byp, band_ch, group_size, sm_m, e_sm, log_term, beta_steps, tier, a_band, b_q2, b_q1):
+    """One query head's certificate coefficients (SPEC §4, §4.1, §4.2), each group and band on its own
+    power-of-two-normalized query ``q' = q·2^-e`` so that no sum underflows or overflows:
+
+    ``a_band[b] = sm·||q_b||``, ``b_q2[g] = 2 (sm²/12) Q2_g log(2S/δ_loc)``,
+    ``b_q1[g] = sm·Q1_g·beta_steps``, with ``sm = sm_m·2^e_sm``; bypassed channels are left out of
+    ``Q1``, ``Q2``.
+    """
+    d = qv.shape[0]
+    ng = d // group_size
+    if tier & 1:
+        per = band_ch.shape[1]
+        for bb in range(band_ch.shape[0]):
+            mx = np.float32(0.0)
+            for jj in range(per):
+                mx = max(mx, abs(qv[band_ch[bb, jj]]))
+            if not (mx <= _F32_MAX):
+                a_band[bb] = _INF
+                continue
+            e = _exp2_of_max(mx)
+            acc = np.float32(0.0)
+            for jj in range(per):
+                v = np.float32(math.ldexp(np.float64(qv[band_ch[bb, jj]]), -e))
+                acc += v * v
+            a_band[bb] = coef_up(sm_m * np.sqrt(acc), e_sm + e, _FLOOR1)
+    for gr in range(ng):
+        mx = np.float32(0.0)
+        for c in range(gr * group_size, (gr + 1) * group_size):
+            if not byp[c]:
+                mx = max(mx, abs(qv[c]))
+        if not (mx <= _F32_MAX):
+            b_q2[gr] = b_q1[gr] = _INF
+            continue
+        e = _exp2_of_max(mx)
+        q2 = np.float32(0.0)
+        q1 = np.float32(0.0)
+        for c in range(gr * group_size, (gr + 1) * group_size):
+            if not byp[c]:
+                v = np.float32(math.ldexp(np.float64(qv[c]), -e))
+                q2 += v * v
+                q1 += abs(v)
+        b_q2[gr] = coef_up(np.float32(2.0) * (sm_m * sm_m / np.float32(12.0)) * q2 * log_term, 2 * (e_sm + e),
+                           _FLOOR2)
+        b_q1[gr] = coef_up(sm_m * q1 * beta_steps, e_sm + e, _FLOOR1)
+
+
 @njit(parallel=True, cache=True)
 def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v,
                   bypass_ch, band_ch, kv_indptr, kv_indices, kv_last_page_len, page_size,
                   sm_scale, layer, head_base, k0, k1, bits, group_size, tier, log_budget, beta_steps,
-                  num_splits, fp16_store, tier_map, tier_k, tier_v, want_pages,
-                  o_part, lse_part, lam_part, cmax_part, page_lse, page_lam):
+                  gamma_per_beta, gamma_exact, num_splits, fp16_store, tier_map, tier_k, tier_v, want_pages,
+                  o_part, lse_part, lam_part, cmax_part, gam_part, page_lse, page_lam):
     """Stage 1 over work units ``(b, kv_head, split)``.
 
     q : float32 ``[B, Hq, d]``; ``codes_* int8 [Hkv, N, d]``; ``scales_*``, ``outl_*``, ``wit_k``:
@@ -39,16 +115,22 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
     With ``fp16_store`` the ``codes_*`` are fp16 bit patterns ``uint16 [Hkv, N, d]`` of stored values
     (an fp16 cache or a black-box scheme's x̂), no dither or scales are involved, and only Tier A
     (from the witness) is available.
-    ``log_budget`` = ``log(2 / δ_loc)`` (float32, rounded up); the kernel adds ``log S``.
+    ``log_budget`` = ``log(2 / δ_loc)`` (float32, rounded up); the kernel adds ``log S``, S = every
+    token the request attends (SPEC §4.3).
+    c_t = min(c^A, c^B) + γ_t (SPEC §4.1): ``gamma_per_beta`` times β's sum ``Σ_g s_g·b1_g`` on
+    quantized channels (certificate.gamma_per_beta), ``gamma_exact`` per unit of ``Σ|q_c||x_c|`` on exact ones (outlier pairs, exact-tier
+    pages, which have ``c_t = γ_t``, and fp16 stores).  ``gam_part`` receives ``max_t γ_t`` per split
+    (the second reading of p̃, docs/certificate.md §10.4).
     Exact tier (SPEC §7): ``tier_map int32 [Hkv, num_pages]`` gives the tier entry of a (kv head,
     page) or -1; entries hold exact fp16 K/V bits ``tier_k/tier_v uint16 [cap, page_size, d]``.
-    Tokens on such pages are served exactly with ``c_t = 0`` and do not count in ``S``.
-    Outputs ``o_part [B, Hq, ns, d]``, ``lse_part``, ``lam_part``, ``cmax_part [B, Hq, ns]``; with
-    ``want_pages`` also ``page_lse``/``page_lam [B, Hq, max_pages]`` (per page ``lse_j``, ``λ_j``;
+    Outputs ``o_part [B, Hq, ns, d]``, ``lse_part``, ``lam_part``, ``cmax_part``, ``gam_part [B, Hq, ns]``;
+    with ``want_pages`` also ``page_lse``/``page_lam [B, Hq, max_pages]`` (per page ``lse_j``, ``λ_j``;
     ``-inf`` for an empty page), from which ``contrib_j = e^{λ_j − lse} − e^{lse_j − lse}`` (SPEC §6).
-    Empty splits write ``lse = λ = -inf``; a split that meets a page index outside the pool, a
-    last-page length outside ``[1, page_size]`` or a non-finite logit writes NaN output and an
-    infinite certificate, and reads nothing out of bounds.
+    Empty splits write ``lse = λ = -inf``.  A split that meets a page index outside the pool or a
+    last-page length outside ``[1, page_size]`` writes NaN output and an infinite certificate for
+    every head, and reads nothing out of bounds; a head whose own logit is non-finite (its query)
+    does so alone; a head whose output is non-finite (a non-finite V row, SPEC §3.6) keeps its output
+    and gets an infinite certificate.
     """
     B, Hq, d = q.shape
     Hkv, N = codes_k.shape[0], codes_k.shape[1]
@@ -56,6 +138,8 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
     ng = d // group_size
     nbands = band_ch.shape[0]
     num_pages = N // page_size
+    sm_m64, e_sm = math.frexp(np.float64(sm_scale))
+    sm_m = np.float32(sm_m64)
     for unit in prange(B * Hkv * num_splits):
         b = unit // (Hkv * num_splits)
         h = (unit // num_splits) % Hkv
@@ -68,15 +152,9 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
         pb = min(pa + pps, npages)
 
         poisoned = npages > 0 and (last < 1 or last > page_size)
-        # quantized tokens this (request, kv head) attends: exact-tier pages do not count (SPEC §4)
-        S = 0
-        if not poisoned:
-            for pi in range(npages):
-                page = kv_indices[p_begin + pi]
-                if page < 0 or page >= num_pages or tier_map[h, page] < 0:
-                    S += last if pi == npages - 1 else page_size
+        S = 0 if npages == 0 else (npages - 1) * page_size + last  # every attended token (SPEC §4.3)
 
-        # per query head: scaled query, Tier-A band norms, Tier-B group coefficients
+        # per query head: the query and its certificate coefficients
         qg = np.empty((G, d), np.float32)
         a_band = np.zeros((G, max(nbands, 1)), np.float32)
         b_q2 = np.zeros((G, ng), np.float32)
@@ -89,24 +167,9 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
             hq = h * G + g
             for c in range(d):
                 qg[g, c] = q[b, hq, c]
-            if tier & 1:
-                for bb in range(nbands):
-                    acc = np.float32(0.0)
-                    for jj in range(band_ch.shape[1]):
-                        v = qg[g, band_ch[bb, jj]]
-                        acc += v * v
-                    a_band[g, bb] = sm_scale * np.sqrt(acc)
-            if tier & 2:
-                for gr in range(ng):
-                    q2 = np.float32(0.0)
-                    q1 = np.float32(0.0)
-                    for c in range(gr * group_size, (gr + 1) * group_size):
-                        if not byp[c]:
-                            q2 += qg[g, c] * qg[g, c]
-                            q1 += abs(qg[g, c])
-                    # u_t = sqrt(2 ς² log(2S/δ_loc)), ς² = sm²/12 Σ s² Q2  ->  u = sqrt(Σ s² b_q2)
-                    b_q2[g, gr] = np.float32(2.0) * (sm_scale * sm_scale / np.float32(12.0)) * q2 * log_term
-                    b_q1[g, gr] = sm_scale * q1 * beta_steps
+            if tier != TIER_NONE:
+                head_coefficients(qg[g], byp, band_ch, group_size, sm_m, e_sm, log_term, beta_steps, tier,
+                                  a_band[g], b_q2[g], b_q1[g])
 
         m = np.full(G, -_INF, np.float32)
         lsum = np.zeros(G, np.float32)
@@ -115,10 +178,13 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
         l2 = np.zeros(G, np.float32)
         lam_inf = np.zeros(G, np.bool_)
         cmax = np.zeros(G, np.float32)
+        gmax = np.zeros(G, np.float32)
+        head_bad = np.zeros(G, np.bool_)  # a non-finite logit: this head's query
         pst = np.zeros((G, 5), np.float32)  # per page: m, l, m2, l2, λ infinite
         xi = np.empty(d, np.float32)
         kh = np.empty(d, np.float32)
         vh = np.empty(d, np.float32)
+        exact_ch = np.empty(d, np.bool_)
 
         for pi in range(pa, pb):
             if poisoned:
@@ -129,6 +195,9 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                 break
             te = tier_map[h, page]
             ntok = last if pi == npages - 1 else page_size
+            # channels whose values are exact fp16 (their evaluation term is γ_exact·|q_c||x_c|)
+            for c in range(d):
+                exact_ch[c] = te >= 0 or fp16_store or byp[c]
             for g in range(G):
                 pst[g, 0] = -_INF
                 pst[g, 1] = 0
@@ -153,12 +222,18 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                     reconstruct_row(vh, codes_v[h, slot], scales_v[h, slot], outl_v[h, slot], xi,
                                     bypass_ch[h], group_size)
                 for g in range(G):
+                    if head_bad[g]:
+                        continue
                     dot = np.float32(0.0)
+                    ad = np.float32(0.0)  # Σ|q_c||x_c| over the exact channels
                     for c in range(d):
                         dot += qg[g, c] * kh[c]
+                        if exact_ch[c]:
+                            ad += abs(qg[g, c]) * abs(kh[c])
                     lt = sm_scale * dot
                     if not (lt <= _F32_MAX and lt >= -_F32_MAX):
-                        poisoned = True
+                        head_bad[g] = True
+                        continue
                     # online softmax for lse and o
                     mn = max(m[g], lt)
                     sc = np.exp(m[g] - mn)
@@ -169,22 +244,29 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                     m[g] = mn
                     if tier == TIER_NONE:
                         continue
-                    ct = np.float32(0.0)  # exact tokens: c_t = 0
-                    if te < 0:
-                        ct = _INF
+                    gam = gamma_exact * ad  # γ_t: exact channels ...
+                    if te >= 0:
+                        ct = gam  # an exact token: c_t = γ_t
+                    else:
+                        cab = _INF
                         if tier & 1:
                             ca = np.float32(0.0)
                             for bb in range(nbands):
                                 ca += a_band[g, bb] * f16_bits_to_f32(wit_k[h, slot, bb])
-                            ct = _finite_or_inf(ca * _SLACK)
-                        if tier & 2:
+                            cab = ca
+                        if not fp16_store:  # (Tier A alone still needs β's sum for the evaluation term)
                             u2 = np.float32(0.0)
                             beta = np.float32(0.0)
                             for gr in range(ng):
                                 sg = f16_bits_to_f32(scales_k[h, slot, gr])
                                 u2 += sg * sg * b_q2[g, gr]
                                 beta += sg * b_q1[g, gr]
-                            ct = min(ct, _finite_or_inf((np.sqrt(u2) + beta) * _SLACK))
+                            if tier & 2:
+                                cab = min(cab, np.sqrt(u2) + beta)
+                            gam = gam + beta * gamma_per_beta  # ... and the quantized channels'
+                        ct = cab + gam
+                    ct = _finite_or_inf(ct * _SLACK)
+                    gmax[g] = max(gmax[g], _finite_or_inf(gam * _SLACK))
                     cmax[g] = max(cmax[g], ct)
                     if ct == _INF:
                         lam_inf[g] = True
@@ -207,32 +289,39 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                 for g in range(G):
                     hq = h * G + g
                     page_lse[b, hq, pi] = pst[g, 0] + np.log(pst[g, 1]) if pst[g, 1] > 0 else -_INF
-                    if pst[g, 4] != 0:
+                    if pst[g, 4] != 0 or head_bad[g]:
                         page_lam[b, hq, pi] = _INF
                     else:
                         page_lam[b, hq, pi] = pst[g, 2] + np.log(pst[g, 3]) if pst[g, 3] > 0 else -_INF
-            if poisoned:
-                break
 
         for g in range(G):
             hq = h * G + g
-            if poisoned:
+            if poisoned or head_bad[g]:
                 for c in range(d):
                     o_part[b, hq, s, c] = np.nan
                 lse_part[b, hq, s] = np.nan
                 lam_part[b, hq, s] = _INF
                 cmax_part[b, hq, s] = _INF
+                gam_part[b, hq, s] = _INF
             elif lsum[g] == np.float32(0.0):
                 for c in range(d):
                     o_part[b, hq, s, c] = np.float32(0.0)
                 lse_part[b, hq, s] = -_INF
                 lam_part[b, hq, s] = -_INF
                 cmax_part[b, hq, s] = np.float32(0.0)
+                gam_part[b, hq, s] = np.float32(0.0)
             else:
                 inv = np.float32(1.0) / lsum[g]
+                o_fin = True
                 for c in range(d):
                     o_part[b, hq, s, c] = acc_o[g, c] * inv
+                    o_fin = o_fin and abs(acc_o[g, c]) <= _F32_MAX
                 lse_part[b, hq, s] = m[g] + np.log(lsum[g])
+                # a non-finite V row the head attended makes its output non-finite, and every
+                # certificate that attends it infinite (SPEC §3.6)
+                if tier != TIER_NONE and not o_fin:
+                    lam_inf[g] = True
+                    cmax[g] = _INF
                 if lam_inf[g]:
                     lam_part[b, hq, s] = _INF
                 elif l2[g] > np.float32(0.0):
@@ -240,12 +329,26 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                 else:
                     lam_part[b, hq, s] = -_INF
                 cmax_part[b, hq, s] = cmax[g]
+                gam_part[b, hq, s] = gmax[g]
+
+
+@njit(inline="always", cache=True)
+def _add_up(a, b):
+    """float32 at or above ``a + b`` (both float32, ``b >= 0``)."""
+    x = np.float64(a) + np.float64(b)
+    f = np.float32(x)
+    if np.float64(f) < x:
+        f = np.float32(np.nextafter(f, _INF))
+    return f
 
 
 @njit(parallel=True, cache=True)
-def merge_splits(o_part, lse_part, lam_part, cmax_part, o, lse, log_a, cmax):
+def merge_splits(o_part, lse_part, lam_part, cmax_part, gam_part, g0, o, lse, log_a, cmax, gam):
     """Stage 2 (SPEC §6): ``lse = LSE_s lse_s``, ``o = Σ e^{lse_s - lse} o_s``,
-    ``log A = LSE_s λ_s - lse``, ``cmax = max_s``.  Empty splits (``-inf``) weigh 0."""
+    ``log A = LSE_s λ_s - lse``, ``cmax = max_s``, ``Γ = max_s gam_s``.  Empty splits (``-inf``)
+    weigh 0.  ``log A``, ``cmax`` and ``Γ`` are each raised by the underflow term ``g₀``, rounded up
+    (docs/certificate.md §10.3); ``R`` is then formed from ``log A + Γ`` (§10.4).
+    """
     B, Hq, ns, d = o_part.shape
     for it in prange(B * Hq):
         b = it // Hq
@@ -254,6 +357,7 @@ def merge_splits(o_part, lse_part, lam_part, cmax_part, o, lse, log_a, cmax):
         lmx = -_INF
         bad = False
         cm = np.float32(0.0)
+        gm = np.float32(0.0)
         for s in range(ns):
             v = lse_part[b, hq, s]
             if v != v:
@@ -264,7 +368,9 @@ def merge_splits(o_part, lse_part, lam_part, cmax_part, o, lse, log_a, cmax):
             if lv > lmx:
                 lmx = lv
             cm = max(cm, cmax_part[b, hq, s])
-        cmax[b, hq] = cm
+            gm = max(gm, gam_part[b, hq, s])
+        cmax[b, hq] = _add_up(cm, g0) if mx != -_INF or bad else cm  # (no token: nothing to bound)
+        gam[b, hq] = _add_up(gm, g0) if mx != -_INF or bad else gm
         if bad:
             for c in range(d):
                 o[b, hq, c] = np.nan
@@ -300,4 +406,4 @@ def merge_splits(o_part, lse_part, lam_part, cmax_part, o, lse, log_a, cmax):
                     t2 += np.exp(lam_part[b, hq, s] - lmx)
             la = lmx + np.log(t2) - L
             # A >= 1 exactly (c >= 0); a negative value is fp32 rounding
-            log_a[b, hq] = max(la, np.float32(0.0))
+            log_a[b, hq] = _add_up(max(la, np.float32(0.0)), g0)

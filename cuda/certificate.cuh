@@ -1,0 +1,66 @@
+// certificate.cuh — the certificate's per-head coefficients, formed on a power-of-two-normalized
+// query (SPEC §4.1, §4.2; docs/certificate.md §10).  Twins of head_coefficients / coef_up in
+// witcert_cupy/_cpu/decode.py.
+//
+// Every sum over query entries (Σq², Σ|q|, a band's Σq²) runs on q·2^-e, where 2^e bounds the
+// group's largest |q| (frexp), so no term underflows or overflows whatever the query's or sm's
+// magnitude; the power of two goes back in once, exactly, when the coefficient is formed.  A
+// coefficient whose value falls below the floor (COEF_FLOOR_1 for those multiplying a scale or a
+// witness, COEF_FLOOR_2 for those multiplying a squared scale) is raised to it, so that no per-token
+// product underflows: a floor only raises c_t.
+#pragma once
+#include "common.cuh"
+
+#ifdef __CUDA_ARCH__
+// float32 >= x·2^e: exact where that is a normal number, `floor` where it is below, +inf past the
+// range or for a non-finite x; 0 for x = 0
+WC_D float coef_up(float x, int e, float floor) {
+    if (x == 0.0f) return 0.0f;
+    if (!(x <= WC_F32_MAX)) return INFINITY;
+    const float r = ldexpf(x, e);
+    return r < floor ? floor : r;
+}
+
+// sm = sm_m·2^e_sm with sm_m in [1/2, 1)
+struct SmSplit {
+    float m;
+    int e;
+};
+WC_D SmSplit sm_split(float sm) {
+    SmSplit s;
+    s.m = frexpf(sm, &s.e);
+    return s;
+}
+
+// Σ|q'| and Σq'² of the channels ch(i), i < n, of one query row in shared memory, skipped where
+// `skip(i)`, on q' = q·2^-e with 2^e bounding their largest |q| (a NaN entry gives NaN sums, which
+// coef_up makes +inf)
+template <typename Ch, typename Skip>
+WC_D void normalized_sums(const float* qrow, int n, Ch ch, Skip skip, float& q1, float& q2, int& e) {
+    float mx = 0.0f;
+    for (int i = 0; i < n; ++i)
+        if (!skip(i)) mx = fmaxf(mx, fabsf(qrow[ch(i)]));
+    frexpf(mx, &e);
+    if (!(mx <= WC_F32_MAX)) e = 0;
+    q1 = q2 = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        if (skip(i)) continue;
+        const float v = ldexpf(qrow[ch(i)], -e);
+        q2 += v * v;
+        q1 += fabsf(v);
+    }
+}
+
+// Tier B's coefficients of one scale group from its normalized sums: b2 = 2 (sm²/12) Q2 log(2S/δ_loc)
+// and b1 = sm Q1 beta_steps (the quantized channels' evaluation term is gamma_per_beta·Σ_g s_g b1_g)
+WC_D void group_coefficients(SmSplit sm, float q1, float q2, int e, float log_term, float beta_steps, float& b2,
+                             float& b1) {
+    b2 = coef_up(2.0f * (sm.m * sm.m / 12.0f) * q2 * log_term, 2 * (sm.e + e), WC_COEF_FLOOR_2);
+    b1 = coef_up(sm.m * q1 * beta_steps, sm.e + e, WC_COEF_FLOOR_1);
+}
+
+// Tier A's coefficient of one band from its normalized Σq'²: sm ||q_b||
+WC_D float band_coefficient(SmSplit sm, float q2, int e) {
+    return coef_up(sm.m * sqrtf(q2), sm.e + e, WC_COEF_FLOOR_1);
+}
+#endif  // __CUDA_ARCH__

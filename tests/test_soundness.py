@@ -1,0 +1,214 @@
+"""The certificate holds for every legal input (SPEC §3.6, §4.1–4.4, §5, §9), on both backends.
+
+The adversarial cases of ``adversarial.py`` are judged on both readings of p̃ with zero violations;
+the counterexamples that broke the certificate before the evaluation term and the normalized
+coefficients stay here, each shown to break the bound without its fix.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import witcert_cupy as wc
+from witcert_cupy import _contract as C
+from witcert_cupy import certificate, reference
+import adversarial as adv
+from helpers import filled_pool, page_table
+
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+# (kind, tiers): a black-box fp16 store and the adaptive queries are Tier A by construction
+CASES = [("outliers", ("A", "B", "AB")), ("exact_tier", ("B", "AB")), ("fp16", ("A",)),
+         ("decades", ("A", "B", "AB")), ("tiny_q", ("A", "B", "AB")), ("tiny_sm", ("A", "B", "AB")),
+         ("adaptive", ("A",))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind,tiers", CASES, ids=[c[0] for c in CASES])
+def test_adversarial_cases_have_no_violations(backend, kind, tiers):
+    """Zero violations over 1024 cells per (case, tier), on the kernel's weights (reading 1) and on
+    ``softmax(sm·q·x̂)`` (reading 2)."""
+    for i, tier in enumerate(tiers):
+        case = adv.build(kind, backend, B=32, Hkv=4, G=8, seed=i)
+        case["cert"] = wc.CertConfig(tier=tier if kind not in ("fp16", "adaptive") else "A", delta_req=1e-3)
+        res = adv.decode(case)
+        cells, v2, v1 = adv.violations(case, res)
+        assert cells == 1024 and (v2, v1) == (0, 0), (kind, tier, v2, v1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_absorbed_logits_break_the_bound_without_the_evaluation_term(backend):
+    """The counterexample of SPEC §4.1: exact outlier channels with cancelling 2^30 terms make the
+    kernel's fp32 logit lose every other channel.  c^AB alone (float64, from the stored scales and
+    witness) is then below the true TV of the weights the kernel applied for most cells; with γ_t
+    the reported bound holds."""
+    case = adv.build("outliers", backend, B=8, Hkv=2, G=4)
+    res = adv.decode(case)
+    tv1 = adv.true_tv_reading1(case, res)
+    pool, q, sm = case["pool"], case["q"], case["sm"]
+    pt = page_table(pool, case["table"])
+    old = np.empty_like(tv1)
+    for b in range(q.shape[0]):
+        rows = reference.request_rows(pool, 0, pt, b)
+        S = len(rows["slots"])
+        c = np.minimum(reference.c_tier_a(q[b], rows["k_witness"], pool.config, sm_scale=sm),
+                       reference.c_tier_b(q[b], rows["k_scales"], pool.config, layer=0,
+                                          kv_heads_bypass=pool.bypass_ch[0], S=S,
+                                          delta_loc=certificate.delta_loc(case["cert"], q.shape[1]),
+                                          sm_scale=sm))
+        p_t = reference.softmax(reference.logits(q[b], rows["k_hat"], sm))
+        A = (p_t * np.exp(c)).sum(-1)
+        old[b] = np.minimum(np.minimum(1.0, (A * A - 1) / 2), np.tanh(c.max(-1) / 2))
+    assert np.mean(tv1 > old + adv.READOUT_TOL) > 0.5
+    assert np.all(tv1 <= adv.host(res.tv_bound) + adv.READOUT_TOL)
+
+
+def _unnormalized_c_b(q, scales, cfg, sm, log_term):
+    """Tier B's c_t formed as the kernels did before SPEC §4.2: float32 sums of q², |q| and sm² on
+    the raw query (what flushes to zero for a query of norm 2^-80)."""
+    q = q.astype(np.float32)
+    gs = cfg.group_size
+    q2 = (q * q).reshape(*q.shape[:-1], -1, gs).sum(-1, dtype=np.float32)
+    q1 = np.abs(q).reshape(*q.shape[:-1], -1, gs).sum(-1, dtype=np.float32)
+    sm = np.float32(sm)
+    b2 = np.float32(2) * (sm * sm / np.float32(12)) * q2 * np.float32(log_term)
+    b1 = sm * q1 * certificate.beta_steps(cfg.dither_bits)
+    s = scales.astype(np.float32)
+    return np.sqrt(np.einsum("sg,g->s", s * s, b2)) + np.einsum("sg,g->s", s, b1)
+
+
+def test_tiny_queries_break_the_bound_without_normalized_coefficients():
+    """The counterexample of SPEC §4.2: for a query of norm 2^-80, Σq² flushes to 0 in fp32, so the
+    unnormalized c^B is β alone and tanh(cmax/2) falls below the true TV; the normalized
+    coefficients keep the bound sound."""
+    case = adv.build("tiny_q", "cpu", B=4, Hkv=1, G=4, tier="B")
+    res = adv.decode(case)
+    tv = adv.true_tv_reading2(case)
+    pool, q = case["pool"], case["q"]
+    pt = page_table(pool, case["table"])
+    rows = reference.request_rows(pool, 0, pt, 0)
+    c_old = np.stack([_unnormalized_c_b(q[0, hq], rows["k_scales"][:, 0], pool.config, case["sm"], 30.0)
+                      for hq in range(q.shape[1])])
+    assert np.all(np.tanh(c_old.max(-1) / 2) < tv[0])
+    assert np.all(tv <= adv.host(res.tv_bound)) and np.all(tv > 0)
+
+
+def test_scale_invariance_of_the_certificate():
+    """SPEC §4.2: scaling the query by 2^k and sm by 2^-k (the same logits) changes no coefficient;
+    the certificate is the same up to fp32 rounding of the logits, for k far past where Σq² or sm²
+    leave fp32."""
+    rng = np.random.default_rng(5)
+    cfg = wc.QuantConfig(128, witness_bands=16)
+    pool, table, _, _ = filled_pool(rng, lengths=[200, 90], H=2, cfg=cfg)
+    q = rng.standard_normal((2, 8, 128)).astype(np.float32)
+    base = None
+    for k in (0, 70, -70, 100):
+        indptr, indices, last, _ = table
+        r = wc.decode_attention((q * np.float32(2.0 ** k)), pool, layer=0, kv_indptr=indptr, kv_indices=indices,
+                                kv_last_page_len=last, sm_scale=2.0 ** -k / math.sqrt(128),
+                                cert=wc.CertConfig(tier="AB"))
+        if base is None:
+            base = r
+        np.testing.assert_allclose(r.cmax, base.cmax, rtol=1e-5)
+        np.testing.assert_allclose(r.risk, base.risk, rtol=1e-4)
+
+
+def test_s_counts_every_attended_token():
+    """SPEC §4.3: S in log(2S/δ_loc) is every token the query attends, so paging one page in leaves
+    every other page's λ_j bit for bit (before, S counted quantized tokens only and shrank)."""
+    rng = np.random.default_rng(2)
+    cfg = wc.QuantConfig(128)
+    pool, table, _, _ = filled_pool(rng, lengths=[160], H=1, cfg=cfg)
+    pool2 = wc.KVPool(1, 1, 128, pool.num_pages, 16, cfg, keep_exact=True, exact_tier_pages=4)
+    pool2.write(0, table[3][0], pool.exact_rows(0, table[3][0], "k"), pool.exact_rows(0, table[3][0], "v"))
+    q = rng.standard_normal((1, 4, 128)).astype(np.float32)
+    indptr, indices, last, _ = table
+    kw = dict(layer=0, kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last,
+              cert=wc.CertConfig(tier="B"), page_contrib=True, num_splits=1)
+    before = wc.decode_attention(q, pool2, **kw)
+    pool2.page_in(0, 0, int(indices[3]))
+    after = wc.decode_attention(q, pool2, **kw)
+    keep = [j for j in range(len(indices)) if j != 3]
+    assert np.all(before.page_contrib[..., 3] > 0) and np.all(after.page_contrib[..., 3] < before.page_contrib[..., 3])
+    # the quantized pages' c_t did not change: their contributions move only through lse
+    ratio = (after.page_contrib[..., keep] / before.page_contrib[..., keep])
+    assert np.allclose(ratio, ratio[..., :1], rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_non_finite_v_makes_every_certificate_that_attends_it_infinite(backend):
+    """SPEC §3.6 on the V side: a NaN in one V row stores an infinite scale; every head that attends
+    that slot has an infinite certificate, requests that do not attend it keep theirs."""
+    rng = np.random.default_rng(3)
+    pool, table, k, v = filled_pool(rng, lengths=[100, 60], H=2, cfg=wc.QuantConfig(128, witness_bands=8),
+                                    backend=backend)
+    slots = table[3][0]
+    xp = pool.xp
+    vbad = v[0].copy()
+    vbad[17, 1, 5] = np.nan
+    pool.write(0, xp.asarray(slots), xp.asarray(k[0]), xp.asarray(vbad))
+    q = rng.standard_normal((2, 8, 128)).astype(np.float32)
+    for tier in ("A", "B", "AB"):
+        indptr, indices, last, _ = table
+        r = wc.decode_attention(xp.asarray(q), pool, layer=0, kv_indptr=xp.asarray(indptr),
+                                kv_indices=xp.asarray(indices), kv_last_page_len=xp.asarray(last),
+                                cert=wc.CertConfig(tier=tier))
+        tv = adv.host(r.tv_bound)
+        cmax = adv.host(r.cmax)
+        assert np.all(tv[0, 4:] == 1.0) and np.all(np.isinf(cmax[0, 4:])), tier  # kv head 1 of request 0
+        assert np.all(np.isfinite(cmax[0, :4])) and np.all(np.isfinite(cmax[1])), tier
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_non_finite_query_head_leaves_its_group_alone(backend):
+    """A NaN in one query head makes that head's output and certificate non-finite and nothing
+    else: the other heads of its kv group get exactly what they get without it; gated_decode does
+    not page in for it and warns of nothing."""
+    import warnings
+
+    rng = np.random.default_rng(4)
+    cfg = wc.QuantConfig(128, witness_bands=8)
+    pool, table, _, _ = filled_pool(rng, lengths=[120, 50], H=2, cfg=cfg, backend=backend)
+    q = rng.standard_normal((2, 8, 128)).astype(np.float32) * 3
+    qbad = q.copy()
+    qbad[0, 1, 7] = np.nan
+    xp = pool.xp
+    indptr, indices, last, _ = table
+    kw = dict(layer=0, kv_indptr=xp.asarray(indptr), kv_indices=xp.asarray(indices),
+              kv_last_page_len=xp.asarray(last), cert=wc.CertConfig(tier="AB"), num_splits=2)
+    good = wc.decode_attention(xp.asarray(q), pool, **kw)
+    bad = wc.decode_attention(xp.asarray(qbad), pool, **kw)
+    h = adv.host
+    assert np.all(np.isnan(h(bad.o)[0, 1])) and h(bad.tv_bound)[0, 1] == 1.0
+    keep = np.ones((2, 8), bool)
+    keep[0, 1] = False
+    for f in ("o", "lse", "log_a", "cmax", "risk"):
+        np.testing.assert_array_equal(h(getattr(bad, f))[keep], h(getattr(good, f))[keep], err_msg=f)
+    gpool = wc.KVPool(1, 2, 128, pool.num_pages, 16, cfg, keep_exact=True, exact_tier_pages=16, backend=backend)
+    for s in table[3]:
+        gpool.write(0, xp.asarray(s), xp.asarray(pool.exact_rows(0, s, "k")), xp.asarray(pool.exact_rows(0, s, "v")))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, rep = wc.gated_decode(xp.asarray(qbad), gpool, tau=0.5, **kw)
+    assert not rep.over_threshold[0, 1]
+    assert rep.pages_repaired <= 16
+
+
+def test_page_in_validates_before_it_takes_a_tier_slot():
+    """Bad page_in calls raise naming the argument and leave the tier as it was: four of them on a
+    tier of four leave four free slots (before, each popped one)."""
+    rng = np.random.default_rng(6)
+    pool = wc.KVPool(2, 2, 64, 8, 16, wc.QuantConfig(64), keep_exact=True, exact_tier_pages=4)
+    pool.write(0, np.arange(32), rng.standard_normal((32, 2, 64)).astype(np.float32),
+               rng.standard_normal((32, 2, 64)).astype(np.float32))
+    before = pool.tier_map.copy()
+    for args, exc, name in (((0, 0, -1), ValueError, "page"), ((0, 0, 2.5), TypeError, "page"),
+                            ((0, 0, True), TypeError, "page"), ((0, 2, 0), ValueError, "kv_head"),
+                            ((2, 0, 0), ValueError, "layer"), ((0, 0, 8), ValueError, "page")):
+        with pytest.raises(exc, match=name):
+            pool.page_in(*args)
+    assert pool.tier_free == 4 and np.array_equal(pool.tier_map, before)
+    for p in range(4):
+        assert pool.page_in(0, 0, p) == pool.page_in_bytes
+    assert pool.tier_free == 0
