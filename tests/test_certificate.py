@@ -103,7 +103,7 @@ def test_tier_b_fixed_queries_and_failure_rate():
         cert = wc.CertConfig(tier="B", delta_req=delta)  # L = T = 1: δ_loc = δ / Hq
         r = decode_all(pool, table, q, cert)
         pt = page_table(pool, table)
-        dl = certificate.delta_loc(cert, H * G)
+        dl = certificate.delta_loc(cert, H * G, pool.num_layers)
         for b in range(6):
             rows = reference.request_rows(pool, 0, pt, b)
             eps = reference.logits(q[b], rows["k_hat"]) - reference.logits(q[b], rows["k_exact"])
@@ -203,3 +203,26 @@ def test_risk_and_tv_bound_formulas():
     assert math.isclose(certificate.delta_loc(cert, 32), 1e-2 / (32 * 32 * 1000))
     lb = certificate.log_budget(cert, 32)
     assert lb.dtype == np.float32 and float(lb) >= math.log(2 / certificate.delta_loc(cert, 32))
+
+
+def test_budget_layers_default_to_the_pool_s():
+    """SPEC §4.4: ``CertConfig(num_layers=None)`` (the default) takes the pool's layer count, so a
+    2-layer pool's cells share δ_req instead of each layer spending all of it (before, L defaulted
+    to 1); without a pool to ask, the budget refuses to guess."""
+    cert = wc.CertConfig(delta_req=1e-2, steps=4)
+    assert cert.num_layers is None
+    assert math.isclose(certificate.delta_loc(cert, 8, 2), 1e-2 / (2 * 8 * 4))
+    assert certificate.log_budget(cert, 8, 2) > certificate.log_budget(wc.CertConfig(delta_req=1e-2, steps=4,
+                                                                                       num_layers=1), 8)
+    with pytest.raises(ValueError, match="num_layers"):
+        certificate.delta_loc(cert, 8)
+    rng = np.random.default_rng(9)
+    pool, table, _, _ = filled_pool(rng, lengths=[120], H=1, d=64, cfg=wc.QuantConfig(64), L=2)
+    q = rng.standard_normal((1, 2, 64)).astype(np.float32)
+    indptr, indices, last, _ = table
+    kw = dict(layer=0, kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last)
+    r_default = wc.decode_attention(q, pool, cert=cert, **kw)
+    r_two = wc.decode_attention(q, pool, cert=wc.CertConfig(delta_req=1e-2, steps=4, num_layers=2), **kw)
+    r_one = wc.decode_attention(q, pool, cert=wc.CertConfig(delta_req=1e-2, steps=4, num_layers=1), **kw)
+    np.testing.assert_array_equal(r_default.cmax, r_two.cmax)
+    assert np.all(r_default.cmax > r_one.cmax)

@@ -99,3 +99,39 @@ def test_report_renders_on_cpu(tmp_path):
     for png in ("risk_coverage.png", "bound_vs_true.png"):
         assert (tmp_path / "rep" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "witcert report" in out.stdout
+
+
+def test_version():
+    from witcert_cupy import __version__
+
+    out = _cli("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"witcert_cupy {__version__}"
+
+
+@pytest.mark.parametrize("args,flag", [
+    (("demo", "--steps", "0"), "--steps"), (("demo", "--batch", "0"), "--batch"),
+    (("demo", "--context", "5", "--steps", "10"), "--context"), (("demo", "--tau", "-1"), "--tau"),
+    (("demo", "--delta-req", "1.5"), "--delta-req"), (("demo", "--layers", "two"), "--layers"),
+    (("demo", "--head-dim", "63"), "--head-dim"), (("demo", "--witness-bands", "7"), "--witness-bands"),
+    (("demo", "--outlier-pairs", "-1"), "--outlier-pairs"), (("report", "--steps", "0"), "--steps"),
+    (("report", "--context", "2", "--steps", "3"), "--context")])
+def test_bad_values_name_their_flag(args, flag):
+    """A bad value ends in a usage message naming its flag (exit 2), before any work, never a traceback."""
+    out = _cli(*args)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert flag in out.stderr and "Traceback" not in out.stderr
+
+
+def test_report_without_matplotlib_names_the_extra(tmp_path):
+    """``witcert report`` checks for matplotlib before it computes anything and names the extra."""
+    stub = tmp_path / "nompl"
+    stub.mkdir()
+    # a sitecustomize that makes matplotlib unimportable (find_spec gives None, import fails)
+    (stub / "sitecustomize.py").write_text("import sys\nsys.modules['matplotlib'] = None\n")
+    import os
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(stub), *sys.path]))
+    out = subprocess.run([sys.executable, "-m", "witcert_cupy.cli", "report", "--out", str(tmp_path / "r")],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 2 and "witcert_cupy[plot]" in out.stderr, out.stderr
+    assert not (tmp_path / "r").exists()

@@ -27,7 +27,7 @@ def ref_request(pool, table, q, b, cert, sm=None):
     if "B" in cert.tier:
         c = np.minimum(c, reference.c_tier_b(q[b], rows["k_scales"], pool.config, layer=0,
                                              kv_heads_bypass=pool.bypass_ch[0], S=S,
-                                             delta_loc=certificate.delta_loc(cert, Hq), sm_scale=sm))
+                                             delta_loc=certificate.delta_loc(cert, Hq, pool.num_layers), sm_scale=sm))
     pt_ = reference.softmax(reference.logits(q[b], rows["k_hat"], sm))
     # the kernels add their own evaluation term and evaluate c_t with the fp32 slack on top
     # (docs/certificate.md §6, §10)

@@ -55,7 +55,7 @@ def test_absorbed_logits_break_the_bound_without_the_evaluation_term(backend):
         c = np.minimum(reference.c_tier_a(q[b], rows["k_witness"], pool.config, sm_scale=sm),
                        reference.c_tier_b(q[b], rows["k_scales"], pool.config, layer=0,
                                           kv_heads_bypass=pool.bypass_ch[0], S=S,
-                                          delta_loc=certificate.delta_loc(case["cert"], q.shape[1]),
+                                          delta_loc=certificate.delta_loc(case["cert"], q.shape[1], pool.num_layers),
                                           sm_scale=sm))
         p_t = reference.softmax(reference.logits(q[b], rows["k_hat"], sm))
         A = (p_t * np.exp(c)).sum(-1)

@@ -5,7 +5,7 @@ NumPy runs on the CPU (numba kernels), CuPy or any CUDA array (``__cuda_array_in
 DLPack) runs on the GPU (CUDA kernels through CuPy ``RawModule``).
 """
 
-from . import reference
+from . import reference, sharded
 from .config import CertConfig, QuantConfig
 from .decode import DecodeResult, decode_attention
 from .extend import extend_attention
@@ -22,5 +22,5 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CapturedStep", "CertConfig", "calibrate_outlier_pairs", "DecodeResult", "decode_plan", "Fp16Pool", "GateReport", "KVPool", "SchemePool", "Telemetry", "gated_decode", "get_scheme", "list_schemes", "register_scheme", "QuantConfig", "QuantizedKV", "decode_attention", "extend_attention",
-    "dequantize", "dither", "philox4x32_10", "quantize", "reference", "__version__",
+    "dequantize", "dither", "philox4x32_10", "quantize", "reference", "sharded", "__version__",
 ]

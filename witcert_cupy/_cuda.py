@@ -641,7 +641,7 @@ class DecodePlan:
         beta, gpb, gex = cert_mod.kernel_scalars(d, sm_scale, None if dev.fp16_store else bits)
         g0 = cert_mod.f32_up(cert_mod.underflow_term(d, sm_scale))
         G = Hq // p.num_kv_heads
-        logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
+        logb = cert_mod.log_budget(cert, Hq, p.num_layers) if cert is not None else np.float32(0)
         P = max(0, int(max_pages))
         # the staged-tile kernel serves the common cases: INT8 (8-, 16- or 24-bit dither) or fp16
         # stores; d = 128, no exact tier, no per-page output, default unroll (decode_v2.cu);

@@ -179,7 +179,7 @@ class ExtendPlan:
         self.tv_bound = cp.empty((n, Hq), cp.float64)
         cfg = p.config
         k0, k1 = cfg.seed_words
-        logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
+        logb = cert_mod.log_budget(cert, Hq, p.num_layers) if cert is not None else np.float32(0)
         self.wgmma = uses_wgmma(dev)
         self.stage1 = kernel("extend_tc.cu", None, f"extend_tc_stage1<{G}>", kernel_options(self.wgmma))
         # the wgmma path's tile images: each request's tiles dequantized once per call by the prepass

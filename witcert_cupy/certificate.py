@@ -21,15 +21,25 @@ def budget_heads(cert: CertConfig, num_q_heads: int) -> int:
     return num_q_heads if cert.num_q_heads is None else cert.num_q_heads
 
 
-def delta_loc(cert: CertConfig, num_q_heads: int) -> float:
-    """Per-cell failure budget ``δ_loc = δ_req / (L · Hq · T)`` (SPEC §4)."""
-    return cert.delta_req / (cert.num_layers * budget_heads(cert, num_q_heads) * cert.steps)
+def budget_layers(cert: CertConfig, num_layers: int | None) -> int:
+    """``L`` of the budget (SPEC §4.4): ``cert.num_layers`` when given, else the pool's layer count."""
+    if cert.num_layers is not None:
+        return cert.num_layers
+    if num_layers is None:
+        raise ValueError("the certificate's budget needs L: set CertConfig(num_layers=...) or pass the pool's")
+    return int(num_layers)
 
 
-def log_budget(cert: CertConfig, num_q_heads: int) -> np.float32:
-    """``log(2 / δ_loc)`` as float32 rounded up; the kernels add ``log S`` (S = quantized tokens)."""
-    v = math.log(2.0) + math.log(cert.num_layers) + math.log(budget_heads(cert, num_q_heads)) + math.log(cert.steps) \
-        - math.log(cert.delta_req)
+def delta_loc(cert: CertConfig, num_q_heads: int, num_layers: int | None = None) -> float:
+    """Per-cell failure budget ``δ_loc = δ_req / (L · Hq · T)`` (SPEC §4); ``num_layers``: the pool's,
+    used when ``cert.num_layers`` is None."""
+    return cert.delta_req / (budget_layers(cert, num_layers) * budget_heads(cert, num_q_heads) * cert.steps)
+
+
+def log_budget(cert: CertConfig, num_q_heads: int, num_layers: int | None = None) -> np.float32:
+    """``log(2 / δ_loc)`` as float32 rounded up; the kernels add ``log S`` (S = every attended token)."""
+    v = math.log(2.0) + math.log(budget_layers(cert, num_layers)) + math.log(budget_heads(cert, num_q_heads)) \
+        + math.log(cert.steps) - math.log(cert.delta_req)
     f = np.float32(v)
     if float(f) < v:
         f = np.nextafter(f, np.float32(np.inf))

@@ -175,8 +175,12 @@ class CertConfig:
         dither bound for non-adaptive queries; ``'AB'``: the per-token minimum of both.
     delta_req : float
         Failure probability budget of one request, ``0 < delta_req < 1`` (Tier B).
-    num_layers, steps : int
-        ``L`` and ``T`` in ``delta_loc = delta_req / (L * Hq * T)``.
+    num_layers : int or None
+        ``L`` in ``delta_loc = delta_req / (L * Hq * T)``; None (the default) takes the pool's layer
+        count, so a request over every layer of the model never overdraws ``delta_req`` (SPEC §4.4).
+    steps : int
+        ``T``: the request's certified decode steps.  The library does not count them yet: a request
+        that certifies more than ``T`` steps under one budget overdraws it.
     num_q_heads : int or None
         ``Hq`` of the budget: None takes the query's head count; a tensor-parallel rank that sees
         only its own heads passes the model's total, so every rank spends the same global budget.
@@ -186,7 +190,7 @@ class CertConfig:
 
     tier: str = "B"
     delta_req: float = 1e-2
-    num_layers: int = 1
+    num_layers: int | None = None
     steps: int = 1
     tau: float = 0.2
     num_q_heads: int | None = None
@@ -195,7 +199,8 @@ class CertConfig:
         if self.tier not in C.TIERS:
             raise ValueError(f"tier must be one of {sorted(C.TIERS)}, got {self.tier!r}")
         object.__setattr__(self, "delta_req", _float_arg("delta_req", self.delta_req, lo_open=0.0, hi_open=1.0))
-        object.__setattr__(self, "num_layers", _int_arg("num_layers", self.num_layers, lo=1))
+        if self.num_layers is not None:
+            object.__setattr__(self, "num_layers", _int_arg("num_layers", self.num_layers, lo=1))
         object.__setattr__(self, "steps", _int_arg("steps", self.steps, lo=1))
         object.__setattr__(self, "tau", _float_arg("tau", self.tau, lo_open=0.0))
         if self.num_q_heads is not None:

@@ -219,7 +219,7 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
 
     B, Hq, d = q32.shape
     tier = cert_mod.tier_code(cert)
-    logb = cert_mod.log_budget(cert, Hq) if cert is not None else np.float32(0)
+    logb = cert_mod.log_budget(cert, Hq, pool.num_layers) if cert is not None else np.float32(0)
     o_part = np.empty((B, Hq, ns, d), np.float32)
     lse_part = np.empty((B, Hq, ns), np.float32)
     lam_part = np.empty((B, Hq, ns), np.float32)

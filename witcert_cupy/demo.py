@@ -100,6 +100,7 @@ def run_demo(*, layers=2, kv_heads=2, group=4, head_dim=128, context=4096, batch
 
     cert = CertConfig(tier=tier, delta_req=delta_req, num_layers=L, steps=T, tau=tau)
     bounds, trues, risks, step_times = [], [], [], []
+    _progress(f"[demo] compiling the {backend} kernels on first use (cached for later runs)...", quiet)
     for t in range(T):
         cur = [lens[b] - T + t + 1 for b in range(batch)]
         indptr = np.concatenate([[0], np.cumsum([(c + page_size - 1) // page_size for c in cur])]).astype(np.int32)
