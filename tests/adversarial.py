@@ -30,7 +30,7 @@ BIG = 2.0 ** 20        # query entries on the cancelling channels; keys there ar
 BIG_KEY = 1024.0
 
 
-def _write(pool, slots, k, backend):
+def _write(pool, slots, k):
     xp = pool.xp
     S, H, d = k.shape
     v = np.zeros((S, H, d), np.float32)
@@ -72,7 +72,7 @@ def build(kind, backend="cpu", *, B=16, Hkv=4, G=8, d=128, tier="AB", bits=8, se
         if kind in ("outliers", "fp16", "exact_tier"):
             k[:, :, ch[0]] = BIG_KEY
             k[:, :, ch[1]] = BIG_KEY
-        _write(pool, s, k, backend)
+        _write(pool, s, k)
         ks.append(k)
     q = rng.standard_normal((B, Hq, d)) * 3.0
     if kind in ("outliers", "fp16", "exact_tier"):

@@ -20,6 +20,7 @@ _INF = np.float32(np.inf)
 _SLACK = np.float32(C.C_EVAL_SLACK)
 _FLOOR1 = C.COEF_FLOOR_1
 _FLOOR2 = C.COEF_FLOOR_2
+_NONFINITE = -(1 << 30)  # normalized_sums' exponent for a non-finite entry
 
 TIER_NONE = 0
 
@@ -55,6 +56,28 @@ def coef_up(x, e, floor):
     return np.float32(r) if r <= np.float64(_F32_MAX) else _INF
 
 
+@njit(inline="always", cache=True)
+def normalized_sums(qv, channels, skip):
+    """``(Σ|q'|, Σq'², e)`` over ``qv[channels]`` where not ``skip``, on ``q' = q·2^-e`` with ``2^e``
+    bounding their largest ``|q|``; ``e = _NONFINITE`` marks a non-finite entry.  Twin of
+    ``normalized_sums`` in ``cuda/certificate.cuh``."""
+    mx = np.float32(0.0)
+    for jj in range(channels.shape[0]):
+        if not skip[jj]:
+            mx = max(mx, abs(qv[channels[jj]]))
+    if not (mx <= _F32_MAX):
+        return _INF, _INF, _NONFINITE
+    e = _exp2_of_max(mx)
+    q1 = np.float32(0.0)
+    q2 = np.float32(0.0)
+    for jj in range(channels.shape[0]):
+        if not skip[jj]:
+            v = np.float32(math.ldexp(np.float64(qv[channels[jj]]), -e))
+            q2 += v * v
+            q1 += abs(v)
+    return q1, q2, e
+
+
 @njit(cache=True)
 def head_coefficients(qv, byp, band_ch, group_size, sm_m, e_sm, log_term, beta_steps, tier, a_band, b_q2, b_q1):
     """One query head's certificate coefficients (SPEC §4, §4.1, §4.2), each group and band on its own
@@ -67,36 +90,16 @@ def head_coefficients(qv, byp, band_ch, group_size, sm_m, e_sm, log_term, beta_s
     d = qv.shape[0]
     ng = d // group_size
     if tier & 1:
-        per = band_ch.shape[1]
+        no_skip = np.zeros(band_ch.shape[1], np.bool_)
         for bb in range(band_ch.shape[0]):
-            mx = np.float32(0.0)
-            for jj in range(per):
-                mx = max(mx, abs(qv[band_ch[bb, jj]]))
-            if not (mx <= _F32_MAX):
-                a_band[bb] = _INF
-                continue
-            e = _exp2_of_max(mx)
-            acc = np.float32(0.0)
-            for jj in range(per):
-                v = np.float32(math.ldexp(np.float64(qv[band_ch[bb, jj]]), -e))
-                acc += v * v
-            a_band[bb] = coef_up(sm_m * np.sqrt(acc), e_sm + e, _FLOOR1)
+            _, q2, e = normalized_sums(qv, band_ch[bb], no_skip)
+            a_band[bb] = _INF if e == _NONFINITE else coef_up(sm_m * np.sqrt(q2), e_sm + e, _FLOOR1)
     for gr in range(ng):
-        mx = np.float32(0.0)
-        for c in range(gr * group_size, (gr + 1) * group_size):
-            if not byp[c]:
-                mx = max(mx, abs(qv[c]))
-        if not (mx <= _F32_MAX):
+        ch = np.arange(gr * group_size, (gr + 1) * group_size)
+        q1, q2, e = normalized_sums(qv, ch, byp[gr * group_size:(gr + 1) * group_size])
+        if e == _NONFINITE:
             b_q2[gr] = b_q1[gr] = _INF
             continue
-        e = _exp2_of_max(mx)
-        q2 = np.float32(0.0)
-        q1 = np.float32(0.0)
-        for c in range(gr * group_size, (gr + 1) * group_size):
-            if not byp[c]:
-                v = np.float32(math.ldexp(np.float64(qv[c]), -e))
-                q2 += v * v
-                q1 += abs(v)
         b_q2[gr] = coef_up(np.float32(2.0) * (sm_m * sm_m / np.float32(12.0)) * q2 * log_term, 2 * (e_sm + e),
                            _FLOOR2)
         b_q1[gr] = coef_up(sm_m * q1 * beta_steps, e_sm + e, _FLOOR1)
