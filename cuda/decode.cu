@@ -37,6 +37,7 @@
 #include "common.cuh"
 #include "philox.cuh"
 #include "cp_async.cuh"
+#include "budget.cuh"
 #include "griddep.cuh"
 #include "certificate.cuh"
 
@@ -678,12 +679,16 @@ WC_D float merge_batches(const float* src, Stride stride, int nfull, const float
 }
 
 // log A, cmax and Γ each carry the underflow term g0 (docs/certificate.md §10.3), rounded up.
+// With a budget key (spec §4.4, budget.cuh) each certified cell also spends one cell of its
+// request's ledger row, and a cell past the budget reports R = +inf, tv_bound = 1.
 extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const float* __restrict__ lse_part,
                                         const float* __restrict__ lam_part, const float* __restrict__ cmax_part,
                                         const float* __restrict__ gam_part, int ns, int D, float* __restrict__ o,
                                         float* __restrict__ lse, float* __restrict__ log_a, float* __restrict__ cmax,
                                         float* __restrict__ gam, double* __restrict__ risk,
-                                        double* __restrict__ tv_bound, int pf, float g0) {
+                                        double* __restrict__ tv_bound, int pf, float g0,
+                                        const int* __restrict__ requests, long long* counts, u64* keys,
+                                        int capacity, int Hq, u64 key, long long limit) {
     extern __shared__ __align__(16) float mg_s[];
     float* lp_s = mg_s;                 // lse_s, then the weights e^{lse_s − lse} (−1: empty split)
     float* lm_s = mg_s + MG_PAD(ns);    // λ_s, then e^{λ_s − max λ}
@@ -821,7 +826,13 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
         gam[r] = gm;
         lse[r] = L;
         log_a[r] = la;
-        if (risk != nullptr) certify_cell(la, L, cm, gm, risk[r], tv_bound[r]);
+        if (risk != nullptr) {
+            certify_cell(la, L, cm, gm, risk[r], tv_bound[r]);
+            if (key != 0ull && !budget_take(requests, counts, keys, capacity, key, limit, (int)(r / Hq))) {
+                risk[r] = INFINITY;
+                tv_bound[r] = 1.0;
+            }
+        }
     }
 }
 

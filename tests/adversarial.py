@@ -125,6 +125,7 @@ def _pt(pool, table):
 def decode(case, **kw):
     pool, (indptr, indices, last, _), q = case["pool"], case["table"], case["q"]
     xp = pool.xp
+    pool.ledger.reset()  # every judged call is a one-step request of its own (spec §4.4)
     return wc.decode_attention(xp.asarray(q), pool, layer=0, kv_indptr=xp.asarray(indptr),
                                kv_indices=xp.asarray(indices), kv_last_page_len=xp.asarray(last),
                                sm_scale=case["sm"], cert=case["cert"], **kw)

@@ -166,6 +166,7 @@ def test_tc_extend_query_starting_mid_vector_gives_the_same_bits():
     _, gpu, q, qo, tabs, cert = requests(rng, 2, 4, [200, 90], [40, 17], spare=1, massive=(5, 25.0))
     want = run(gpu, q, qo, tabs, cert=cert)
     assert want.kernel == "extend_tc"
+    gpu.ledger.reset()  # the same positions again, as a fresh request
     got = run(gpu, mid_vector(q), qo, tabs, cert=cert)
     for a, b in ((want.o, got.o), (want.lse, got.lse), (want.tv_bound, got.tv_bound)):
         assert np.array_equal(_np(a), _np(b))
@@ -184,6 +185,7 @@ def test_tc_chunked_prefill_equals_one_shot_prefix_sharing_and_decode_continues(
     cert = wc.CertConfig(steps=S)
     # one split: a row's tiles and their order do not depend on how the queries were chunked
     one = run(gpu, q, np.array([0, S], np.int32), table([pages], [S]), cert=cert, num_splits=1)
+    gpu.ledger.reset()  # the chunked prefill: a fresh request of the same S positions
     outs = []
     for lo, hi in ((0, 37), (37, 128), (128, S)):
         outs.append(run(gpu, q[lo:hi], np.array([0, hi - lo], np.int32), table([pages], [hi]), cert=cert,
@@ -191,6 +193,7 @@ def test_tc_chunked_prefill_equals_one_shot_prefix_sharing_and_decode_continues(
     for f in ("o", "lse", "log_a", "cmax", "risk"):
         assert np.array_equal(np.concatenate([_np(getattr(x, f)) for x in outs]), _np(getattr(one, f))), f
     # split counts change fp32 summation only
+    gpu.ledger.reset()
     many = run(gpu, q, np.array([0, S], np.int32), table([pages], [S]), cert=cert, num_splits=5)
     assert np.abs(_np(many.lse) - _np(one.lse)).max() < 1e-5
     assert np.abs(_np(many.o) - _np(one.o)).max() < 1e-3 * np.abs(_np(one.o)).max()
@@ -203,6 +206,7 @@ def test_tc_chunked_prefill_equals_one_shot_prefix_sharing_and_decode_continues(
     put(gpu, slots_of(pages2, 160, 220), k2, v2)
     q2 = np.concatenate([q[100:160], rng.standard_normal((60, H * G, D)).astype(np.float32)])
     qb = np.concatenate([q[100:160], q2])
+    gpu.ledger.reset()  # two fresh requests
     both = run(gpu, qb, np.array([0, 60, 180], np.int32), table([pages, pages2], [160, 220]), cert=cert,
                num_splits=1)
     # the shared positions 100..159 of both requests see the same slots: identical certificates
@@ -242,6 +246,7 @@ def test_tc_certificate_operands_hold_across_dynamic_range():
     check_against_references(res, cpu_res, cpu, q, np.array([0, n], np.int32), tabs)
     big = q.copy()
     big[33, 5] = 1e20  # Σq² = 128e40 overflows fp32
+    gpu.ledger.reset()  # the same positions with one huge query, as a fresh request
     res_big = run(gpu, big, np.array([0, n], np.int32), tabs, cert=cert)
     cm_big, tv_big = _np(res_big.cmax), _np(res_big.tv_bound)
     assert np.isinf(cm_big[33, 5]) and tv_big[33, 5] == 1.0

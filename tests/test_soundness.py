@@ -105,6 +105,7 @@ def test_scale_invariance_of_the_certificate():
     base = None
     for k in (0, 70, -70, 100):
         indptr, indices, last, _ = table
+        pool.ledger.reset()  # each scale: a fresh request
         r = wc.decode_attention((q * np.float32(2.0 ** k)), pool, layer=0, kv_indptr=indptr, kv_indices=indices,
                                 kv_last_page_len=last, sm_scale=2.0 ** -k / math.sqrt(128),
                                 cert=wc.CertConfig(tier="AB"))
@@ -128,6 +129,7 @@ def test_s_counts_every_attended_token():
               cert=wc.CertConfig(tier="B"), page_contrib=True, num_splits=1)
     before = wc.decode_attention(q, pool2, **kw)
     pool2.page_in(0, 0, int(indices[3]))
+    pool2.ledger.reset()  # the repaired step, as a fresh request
     after = wc.decode_attention(q, pool2, **kw)
     keep = [j for j in range(len(indices)) if j != 3]
     assert np.all(before.page_contrib[..., 3] > 0) and np.all(after.page_contrib[..., 3] < before.page_contrib[..., 3])
@@ -151,6 +153,7 @@ def test_non_finite_v_makes_every_certificate_that_attends_it_infinite(backend):
     q = rng.standard_normal((2, 8, 128)).astype(np.float32)
     for tier in ("A", "B", "AB"):
         indptr, indices, last, _ = table
+        pool.ledger.reset()  # each tier: a fresh request
         r = wc.decode_attention(xp.asarray(q), pool, layer=0, kv_indptr=xp.asarray(indptr),
                                 kv_indices=xp.asarray(indices), kv_last_page_len=xp.asarray(last),
                                 cert=wc.CertConfig(tier=tier))
@@ -158,6 +161,7 @@ def test_non_finite_v_makes_every_certificate_that_attends_it_infinite(backend):
         cmax = adv.host(r.cmax)
         assert np.all(tv[0, 4:] == 1.0) and np.all(np.isinf(cmax[0, 4:])), tier  # kv head 1 of request 0
         assert np.all(np.isfinite(cmax[0, :4])) and np.all(np.isfinite(cmax[1])), tier
+        assert np.all(np.isfinite(adv.host(r.risk)[1])), tier
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -178,6 +182,7 @@ def test_a_non_finite_query_head_leaves_its_group_alone(backend):
     kw = dict(layer=0, kv_indptr=xp.asarray(indptr), kv_indices=xp.asarray(indices),
               kv_last_page_len=xp.asarray(last), cert=wc.CertConfig(tier="AB"), num_splits=2)
     good = wc.decode_attention(xp.asarray(q), pool, **kw)
+    pool.ledger.reset()  # the same step with the bad query, as a fresh request
     bad = wc.decode_attention(xp.asarray(qbad), pool, **kw)
     h = adv.host
     assert np.all(np.isnan(h(bad.o)[0, 1])) and h(bad.tv_bound)[0, 1] == 1.0

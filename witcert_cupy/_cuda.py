@@ -238,19 +238,28 @@ def _pdl():
 
 
 def bind_merge(o_part, lse_part, lam_part, cmax_part, gam_part, o, lse, log_a, cmax, gam, g0, risk=None,
-               tv_bound=None, prefetch=None):
+               tv_bound=None, prefetch=None, budget=None):
     """A zero-argument launcher of ``decode_merge`` over split partials ``o_part [..., ns, d]`` and
     ``lse_part / lam_part / cmax_part / gam_part [..., ns]`` (float32) into ``o [..., d]`` and
     ``lse / log_a / cmax / gam [...]`` (``log A``, ``cmax`` and ``Γ`` raised by the underflow term
     ``g0``, docs/certificate.md §10); with ``risk`` and ``tv_bound`` (float64 ``[...]``) it certifies
     each cell in the same launch (SPEC §5).  ``prefetch`` (tests) forces the shared-memory copy of
-    the rows on or off; the outputs are the same bits either way (the same sums in the same order)."""
+    the rows on or off; the outputs are the same bits either way (the same sums in the same order).
+    ``budget`` (``(ledger, key, limit, requests)``, :func:`witcert_cupy.decode.budget_of`; needs
+    ``risk``, leading dims ``[B, Hq]``): each certified cell also spends its request's budget (spec §4.4)."""
     *lead, ns, d = o_part.shape
     rows = int(np.prod(lead, dtype=np.int64))
     null = np.uint64(0)
     smem, pf = merge_smem_bytes(ns, d, prefetch)
+    if budget is None or risk is None:
+        spend = (null, null, null, _i32(0), _i32(1), np.uint64(0), np.int64(0))
+    else:
+        ledger, key, limit, requests = budget
+        spend = (null if requests is None else requests, ledger.counts, ledger.keys, _i32(ledger.capacity),
+                 _i32(lead[-1]), np.uint64(key), np.int64(limit))
     args = (o_part, lse_part, lam_part, cmax_part, gam_part, _i32(ns), _i32(d), o, lse, log_a, cmax, gam,
-            null if risk is None else risk, null if tv_bound is None else tv_bound, _i32(pf), np.float32(g0))
+            null if risk is None else risk, null if tv_bound is None else tv_bound, _i32(pf), np.float32(g0),
+            *spend)
     merge = kernel("decode.cu", "decode_merge")
     # the opt-in only ever grows, read from the function itself: kernel objects built apart (after a
     # rebuild with other options, bench/decode_variants.py) may share one CUDA function, and a
@@ -262,6 +271,25 @@ def bind_merge(o_part, lse_part, lam_part, cmax_part, gam_part, o, lse, log_a, c
     block = min(d, 256) + (32 if risk is not None and MERGE_CERT_WARP else 0)
 
     return Launcher(merge, (rows,), (block,), args, smem, pdl=_pdl())
+
+
+def bind_budget(budget, risk, tv_bound, qo_indptr=None):
+    """A no-argument launcher of ``budget_charge`` (cuda/budget.cu, spec §4.4) for a call whose merge
+    writes ``risk``/``tv_bound`` ``[rows, Hq]``; ``budget`` is ``(ledger, key, limit, requests)``
+    (:func:`witcert_cupy.decode.budget_of`) or None (nothing to charge)."""
+    if budget is None:
+        return None
+    ledger, key, limit, requests = budget
+    nreq = risk.shape[0] if qo_indptr is None else qo_indptr.shape[0] - 1
+    if nreq <= 0:
+        return None
+    null = np.uint64(0)
+    fn = kernel("budget.cu", "budget_charge")
+    args = (risk, tv_bound, _i32(nreq), _i32(risk.shape[1]), null if requests is None else requests,
+            null if qo_indptr is None else qo_indptr, ledger.counts, ledger.keys, _i32(ledger.capacity),
+            np.uint64(key), np.int64(limit))
+    grid = (-(-nreq // 128),)
+    return lambda: fn(grid, (128,), args)
 
 
 def launch_query(q):
@@ -542,7 +570,7 @@ class _DeviceBase:
         return max(ns, min(near, capped), wave)
 
     def plan(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits, unroll=0,
-             max_pages=0, telemetry=None, stage1="auto"):
+             max_pages=0, telemetry=None, stage1="auto", budget=None):
         """Validate (metadata only), allocate the outputs, and return a :class:`DecodePlan`.
 
         ``unroll`` (tokens per lane group per step; 0 = default) exists for the benchmark sweep.
@@ -561,12 +589,12 @@ class _DeviceBase:
                 raise ValueError(f"{name} must have shape [{n}], got {list(arr.shape)}")
         check_int("kv_indices", kv_indices)
         return DecodePlan(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert,
-                          num_splits, unroll, max_pages, telemetry, stage1)
+                          num_splits, unroll, max_pages, telemetry, stage1, budget)
 
     def decode(self, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits, max_pages=0,
-               telemetry=None):
+               telemetry=None, budget=None):
         plan = self.plan(q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits,
-                         max_pages=max_pages, telemetry=telemetry)
+                         max_pages=max_pages, telemetry=telemetry, budget=budget)
         plan.launch()
         return plan.result()
 
@@ -618,7 +646,7 @@ class DecodePlan:
     ``decode_stage1_v2<7, 8, true>``) say which stage-1 kernel it launches."""
 
     def __init__(self, dev, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, ns, unroll=0,
-                 max_pages=0, telemetry=None, stage1="auto"):
+                 max_pages=0, telemetry=None, stage1="auto", budget=None):
         import cupy as cp
 
         p = dev.pool
@@ -751,8 +779,9 @@ class DecodePlan:
         # the merge certifies each cell in the same launch when the step is certified
         cert_out = (self.risk, self.tv_bound) if cert is not None else (None, None)
         self._stage1 = Launcher(self.stage1, self.grid1, (self.block1,), self.args1, self.smem1, pdl=_pdl())
+        # (the merge also spends the request budget of each cell it certifies)
         self.merge = bind_merge(self.o_part, self.lse_part, self.lam_part, self.cmax_part, self.gam_part, self.o,
-                                self.lse, self.log_a, self.cmax, self.gam, g0, *cert_out)
+                                self.lse, self.log_a, self.cmax, self.gam, g0, *cert_out, budget=budget)
 
     def launch(self):
         """Launch the step's kernels on the current stream (no allocation, no host read)."""
@@ -761,7 +790,7 @@ class DecodePlan:
             return
         self._stage1()
         if self.cert is None or self.telemetry is None:
-            self.merge()  # (and the certificate, when certified)
+            self.merge()  # (and the certificate and its budget, when certified)
             return
         import cupy as cp
 

@@ -179,8 +179,9 @@ class CertConfig:
         ``L`` in ``delta_loc = delta_req / (L * Hq * T)``; None (the default) takes the pool's layer
         count, so a request over every layer of the model never overdraws ``delta_req`` (SPEC §4.4).
     steps : int
-        ``T``: the request's certified decode steps.  The library does not count them yet: a request
-        that certifies more than ``T`` steps under one budget overdraws it.
+        ``T``: the request's certified decode steps (extend: query positions).  Enforced: the pool's
+        ledger counts each request's certified (layer, step) units, and cells past ``L · T`` report
+        ``risk = +inf`` (spec §4.4, :mod:`witcert_cupy.budget`).
     num_q_heads : int or None
         ``Hq`` of the budget: None takes the query's head count; a tensor-parallel rank that sees
         only its own heads passes the model's total, so every rank spends the same global budget.

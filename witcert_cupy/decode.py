@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import certificate as cert_mod
+from .budget import budget_key, charge_host, check_requests
 from .arrays import backend_of, check_float, check_int, check_range, to_cupy, to_numpy
 from .config import CertConfig, _int_arg
 from .pool import Fp16Pool, KVPool, PagedPool
@@ -147,7 +148,7 @@ def _check_common(q, pool, layer, sm_scale, cert, num_splits):
 
 
 def decode_attention(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale=None,
-                     cert=None, num_splits=None, page_contrib=False, telemetry=None):
+                     cert=None, num_splits=None, page_contrib=False, telemetry=None, requests=None):
     """One decode step of paged attention over a quantized pool, with the SPEC certificate.
 
     Parameters
@@ -168,6 +169,10 @@ def decode_attention(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len,
         ``kv_indptr`` once on the host to size the output (the one synchronising option).
     telemetry : Telemetry or None
         Adds this call's risks to the device-side aggregates (SPEC §8; needs ``cert``).
+    requests : int array ``[B]`` or None
+        The pool ledger's request id of each row (spec §4.4); None: row ``b`` is request ``b``.
+        A Tier-B or AB certificate spends one unit of its request's ``L · T`` per call; cells past
+        the budget report ``risk = +inf`` (see :mod:`witcert_cupy.budget`).
 
     Returns
     -------
@@ -184,34 +189,49 @@ def decode_attention(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len,
         from .telemetry import check_telemetry
 
         check_telemetry(telemetry, cert, be)
-    if be == "cuda":  # telemetry is launched with the step (graph-capturable)
+    if be == "cuda":  # the budget and telemetry are launched with the step (graph-capturable)
         return _decode(q, pool, be, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits,
-                       page_contrib, telemetry)
+                       page_contrib, telemetry, requests)
     res = _decode(q, pool, be, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits,
-                  page_contrib)
+                  page_contrib, requests=requests)
     if telemetry is not None:
         telemetry.record(layer, res.risk, pool.num_kv_heads)
     return res
 
 
 def _decode(q, pool, be, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, num_splits,
-            page_contrib, telemetry=None):
+            page_contrib, telemetry=None, requests=None, charge=True):
+    """One validated decode; ``charge=False`` spends no budget (the gate's rounds: one event)."""
     if be == "cuda":
         qd = to_cupy(q)
         layer, sm_scale, num_splits = _check_common(qd, pool, layer, sm_scale, cert, num_splits)
+        budget = budget_of(pool, cert, qd.shape, requests, be) if charge else None
         ip = to_cupy(kv_indptr)
         # sizing the contribution output reads the page table once on the host (a sync, on request)
         max_pages = max(1, int((ip[1:] - ip[:-1]).max().get())) if page_contrib and ip.shape[0] > 1 else 0
         return pool._dev.decode(qd, layer, ip, to_cupy(kv_indices), to_cupy(kv_last_page_len), sm_scale, cert,
-                                num_splits, max_pages=max_pages, telemetry=telemetry)
+                                num_splits, max_pages=max_pages, telemetry=telemetry, budget=budget)
     qh = to_numpy("q", q)
     layer, sm_scale, num_splits = _check_common(qh, pool, layer, sm_scale, cert, num_splits)
+    budget = budget_of(pool, cert, qh.shape, requests, be) if charge else None
     B, Hq, d = qh.shape
     pt = check_page_table(kv_indptr, kv_indices, kv_last_page_len, batch=B,
                           num_pages=pool.num_pages, page_size=pool.page_size)
     max_pages = int(np.max(np.diff(pt.indptr))) if B else 0
     ns = num_splits or default_num_splits_cpu(B, pool.num_kv_heads, max_pages)
-    return _decode_cpu(qh.astype(np.float32), pool, layer, pt, sm_scale, cert, ns, page_contrib)
+    res = _decode_cpu(qh.astype(np.float32), pool, layer, pt, sm_scale, cert, ns, page_contrib)
+    if budget is not None:
+        ledger, key, limit, reqs = budget
+        charge_host(ledger, key, limit, res.risk, res.tv_bound, reqs)
+    return res
+
+
+def budget_of(pool, cert, q_shape, requests, backend):
+    """``(ledger, key, limit, requests)`` a certified call charges (spec §4.4), or None when it spends
+    nothing (no certificate, or Tier A alone)."""
+    key, limit = budget_key(cert, q_shape[1], pool.num_layers)
+    reqs = check_requests(requests, q_shape[0], pool.ledger, backend)
+    return (pool.ledger, key, limit, reqs) if key else None
 
 
 def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):

@@ -31,12 +31,14 @@ import dataclasses
 import numpy as np
 
 from .arrays import backend_of, check_int, to_cupy, to_numpy
+from .budget import charge_host
 from .config import CertConfig
-from .decode import check_page_table, decode_attention
+from .decode import _decode, check_page_table
+from .pool import PagedPool
 
 
 def extend_attention(q, pool, *, layer, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, causal=True,
-                     sm_scale=None, cert=None, num_splits=None, kernel="auto"):
+                     sm_scale=None, cert=None, num_splits=None, kernel="auto", requests=None):
     """Attention of ``n_new`` new tokens over their requests' prefix and themselves.
 
     Parameters
@@ -59,6 +61,10 @@ def extend_attention(q, pool, *, layer, qo_indptr, kv_indptr, kv_indices, kv_las
         (all ``n_b`` of this call, plus whatever else the request certifies).
     kernel : {'auto', 'extend_tc', 'decode'}
         See the module docstring.  ``'extend_tc'`` raises ValueError where it does not apply.
+    requests : int array ``[B]`` or None
+        The pool ledger's request id of each request (spec §4.4; None: request ``b`` is id ``b``).
+        A Tier-B or AB certificate spends ``n_b`` units of request ``b``'s ``L · T``; positions past
+        it report ``risk = +inf``.
 
     Returns
     -------
@@ -70,6 +76,8 @@ def extend_attention(q, pool, *, layer, qo_indptr, kv_indptr, kv_indices, kv_las
         raise ValueError(f"kernel must be 'auto', 'extend_tc' or 'decode', got {kernel!r}")
     be = backend_of(q=q, qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_indices=kv_indices,
                     kv_last_page_len=kv_last_page_len)
+    if isinstance(pool, PagedPool) and be != pool.backend:
+        raise TypeError(f"q and the page tables must live on the pool's device ({pool.backend})")
     if be == "cuda":  # the expanded page table is built on the host (one read of the small tables)
         from .reference import to_host
 
@@ -92,6 +100,9 @@ def extend_attention(q, pool, *, layer, qo_indptr, kv_indptr, kv_indices, kv_las
         if B and cert.steps < int(n_new.max()):
             raise ValueError(f"cert.steps ({cert.steps}) must count every certified query position "
                              f"(this call certifies up to {int(n_new.max())} per request)")
+    from .decode import budget_of
+
+    budget = budget_of(pool, cert, (B, qh.shape[1]), requests, be)
     ps = pool.page_size
     seq = [pt.seq_len(b, ps) for b in range(B)]
     for b in range(B):
@@ -104,7 +115,8 @@ def extend_attention(q, pool, *, layer, qo_indptr, kv_indptr, kv_indices, kv_las
 
             why = tc_extend_applies(pool, cert, qh.shape[1])
         if why is None:
-            return _extend_tc(qh, pool, layer, qo, pt, causal, sm_scale, cert, num_splits)
+            res = _extend_tc(qh, pool, layer, qo, pt, causal, sm_scale, cert, num_splits)
+            return _charge(res, pool, budget, qo)
         if kernel == "extend_tc":
             raise ValueError(f"kernel='extend_tc' does not apply here: {why}")
     indptr, indices, last = [0], [], []
@@ -119,9 +131,25 @@ def extend_attention(q, pool, *, layer, qo_indptr, kv_indptr, kv_indices, kv_las
     tables = [np.array(a, np.int32) for a in (indptr, indices, last)]
     if be == "cuda":
         tables = [pool.xp.asarray(a) for a in tables]
-    res = decode_attention(qh, pool, layer=layer, kv_indptr=tables[0], kv_indices=tables[1],
-                           kv_last_page_len=tables[2], sm_scale=sm_scale, cert=cert, num_splits=num_splits)
-    return dataclasses.replace(res, kernel="decode")
+    res = _decode(qh, pool, be, layer, tables[0], tables[1], tables[2], sm_scale, cert, num_splits, False,
+                  charge=False)
+    return _charge(dataclasses.replace(res, kernel="decode"), pool, budget, qo)
+
+
+def _charge(res, pool, budget, qo):
+    """Spend ``n_b`` units of each request's budget (spec §4.4) and mark the positions past it."""
+    if budget is None:
+        return res
+    ledger, key, limit, reqs = budget
+    if pool.backend == "cuda":
+        from ._cuda import bind_budget
+
+        launch = bind_budget(budget, res.risk, res.tv_bound, pool.xp.asarray(qo.astype(np.int32)))
+        if launch is not None:
+            launch()
+    else:
+        charge_host(ledger, key, limit, res.risk, res.tv_bound, reqs, qo)
+    return res
 
 
 def _extend_tc(q, pool, layer, qo, pt, causal, sm_scale, cert, num_splits):

@@ -20,9 +20,10 @@ import numpy as np
 
 from . import certificate as cert_mod
 from .arrays import backend_of, to_numpy
-from .reference import to_host
+from .budget import charge_host
 from .config import CertConfig, _float_arg, _int_arg
-from .decode import check_page_table, decode_attention
+from .decode import _decode, budget_of, check_page_table
+from .reference import to_host
 from .pool import PagedPool
 
 
@@ -65,7 +66,7 @@ def _a_of(log_a):
 
 
 def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cert, tau, max_rounds=4,
-                 sm_scale=None, num_splits=None):
+                 sm_scale=None, num_splits=None, requests=None):
     """Certified decode with block repair from the exact backing store (SPEC §7).
 
     Parameters
@@ -80,6 +81,9 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
         Threshold on the risk ``R`` (``> 0``): ``< 1`` certified, ``>= 1`` risk-ranked.
     max_rounds : int
         Repair rounds at most (each costs one recomputation).
+    requests : int array ``[B]`` or None
+        As for :func:`~witcert_cupy.decode_attention`: the rounds of one call are one event (spec
+        §4.3), so the call spends one unit of each row's budget, however many rounds it takes.
 
     Returns
     -------
@@ -113,10 +117,9 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
         tables = (pt.indptr, pt.indices, pt.last_page_len)
     # a head whose query is not finite has a non-finite certificate that no page can mend: skipped
     q_finite = np.isfinite(host(qq).astype(np.float32)).all(-1)
-    kw = dict(layer=layer, kv_indptr=tables[0], kv_indices=tables[1], kv_last_page_len=tables[2],
-              sm_scale=sm_scale, cert=cert, num_splits=num_splits)
+    budget = budget_of(pool, cert, q.shape, requests, be)
     for rnd in range(max_rounds + 1):
-        res = decode_attention(qq, pool, page_contrib=True, **kw)
+        res = _decode(qq, pool, be, layer, *tables, sm_scale, cert, num_splits, True, charge=False)
         A1 = _a_of(host(res.log_a))            # Σ p̃ e^{c}: what the page contributions decompose
         growth = _a_of(host(res.gamma))        # e^Γ: the reported bound is on A1·e^Γ (SPEC §5)
         A = A1 * growth
@@ -158,6 +161,17 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
                 break
         report.history.append({"A_before": A, "A_predicted": predicted})
         report.rounds += 1
+    if budget is not None:  # one unit for the call's one event
+        ledger, key, limit, reqs = budget
+        if be == "cuda":
+            from ._cuda import bind_budget
+
+            bind_budget(budget, res.risk, res.tv_bound)()
+            spent_out = ~np.isfinite(host(res.risk))
+        else:
+            charge_host(ledger, key, limit, res.risk, res.tv_bound, reqs)
+            spent_out = ~np.isfinite(res.risk)
+        report.over_threshold = report.over_threshold | (spent_out & q_finite)
     return res, report
 
 

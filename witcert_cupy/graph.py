@@ -25,7 +25,7 @@ from .pool import PagedPool
 
 
 def decode_plan(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale=None, cert=None,
-                num_splits=None, telemetry=None):
+                num_splits=None, telemetry=None, requests=None):
     """A GPU decode step with every output allocated: ``plan.launch()`` only launches kernels (stage
     1, merge, certificate, telemetry) and ``plan.result()`` returns the :class:`DecodeResult` views.
 
@@ -33,9 +33,10 @@ def decode_plan(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, sm_s
     ``kv_indices`` and ``kv_last_page_len`` (int32), when given contiguous in those dtypes (``q``
     starting on a 16-byte boundary, as every CuPy or torch allocation does), are read in place at
     every launch, so they can be refilled between replays; otherwise the plan keeps a copy.
-    ``num_splits`` is fixed when the plan is made.
+    ``num_splits`` is fixed when the plan is made.  Every launch (every replay of a graph that
+    captured it) spends the rows' request budget (``requests``, spec §4.4), as a decode call does.
     """
-    from .decode import _check_common
+    from .decode import _check_common, budget_of
     from .telemetry import check_telemetry
 
     if not isinstance(pool, PagedPool):
@@ -48,8 +49,9 @@ def decode_plan(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, sm_s
         check_telemetry(telemetry, cert, "cuda")
     qd = to_cupy(q)
     layer, sm_scale, num_splits = _check_common(qd, pool, layer, sm_scale, cert, num_splits)
+    budget = budget_of(pool, cert, qd.shape, requests, "cuda")
     return pool._dev.plan(qd, layer, to_cupy(kv_indptr), to_cupy(kv_indices), to_cupy(kv_last_page_len),
-                          sm_scale, cert, num_splits, telemetry=telemetry)
+                          sm_scale, cert, num_splits, telemetry=telemetry, budget=budget)
 
 
 def warm_kernels(pool):
@@ -59,6 +61,7 @@ def warm_kernels(pool):
 
     d = pool.head_dim
     _cuda.kernel("telemetry.cu", "telemetry_record")
+    _cuda.kernel("budget.cu", "budget_charge")
     _cuda.kernel("decode.cu", "decode_merge")
     _cuda.kernel("write.cu", "evict_tier_pages")
     _cuda.kernel("write.cu", "store_fp16_rows" if pool._dev.fp16_store

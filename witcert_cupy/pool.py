@@ -10,6 +10,7 @@ import numpy as np
 
 from . import _contract as C
 from .arrays import backend_of, check_float, check_int, check_range, to_cupy, to_numpy
+from .budget import DEFAULT_MAX_REQUESTS, StepLedger
 from .config import QuantConfig, _int_arg, band_channels
 from .write import check_layer_side, to_fp16_bits
 
@@ -32,7 +33,7 @@ class PagedPool:
     """
 
     def __init__(self, num_layers, num_kv_heads, head_dim, num_pages, page_size, *, backend="auto",
-                 keep_exact=False, exact_tier_pages=0, kv_head_offset=0):
+                 keep_exact=False, exact_tier_pages=0, kv_head_offset=0, max_requests=DEFAULT_MAX_REQUESTS):
         self.num_layers = _int_arg("num_layers", num_layers, lo=1, hi=C.MAX_LAYER)
         self.num_kv_heads = _int_arg("num_kv_heads", num_kv_heads, lo=1, hi=C.MAX_KV_HEAD)
         # first kv head of this pool in the model (a tensor-parallel shard); keys the dither stream
@@ -52,6 +53,8 @@ class PagedPool:
         if backend == "cuda" and not cuda_available():
             raise ValueError("backend='cuda' needs CuPy and a CUDA device")
         self.backend = backend
+        # certified units spent by each request (spec §4.4), on the pool's device
+        self.ledger = StepLedger(max_requests, self.xp)
         self.keep_exact = bool(keep_exact)
         shape = (self.num_layers, 2, self.num_kv_heads, self.num_slots, self.head_dim)
         self.exact = np.zeros(shape, np.float16) if self.keep_exact else None
@@ -262,14 +265,19 @@ class KVPool(PagedPool):
         page is served from it exactly (``c_t = 0``) until one of its slots is rewritten.  Needs
         ``keep_exact``.  On the GPU the tier lives in device memory and decode reads it in the same
         pass (a device-side map; page-ins are stream-ordered copies from the mapped backing store).
+    max_requests : int
+        Rows of the pool's request ledger (:attr:`ledger`, spec §4.4): the request ids a certified
+        decode may charge.  ``pool.ledger.reset(ids)`` starts new requests on those ids.
     """
 
     def __init__(self, num_layers, num_kv_heads, head_dim, num_pages, page_size, config, *,
-                 backend="auto", keep_exact=False, exact_tier_pages=0, kv_head_offset=0):
+                 backend="auto", keep_exact=False, exact_tier_pages=0, kv_head_offset=0,
+                 max_requests=DEFAULT_MAX_REQUESTS):
         if not isinstance(config, QuantConfig):
             raise TypeError(f"config must be a QuantConfig, got {type(config).__name__}")
         super().__init__(num_layers, num_kv_heads, head_dim, num_pages, page_size, backend=backend,
-                         keep_exact=keep_exact, exact_tier_pages=exact_tier_pages, kv_head_offset=kv_head_offset)
+                         keep_exact=keep_exact, exact_tier_pages=exact_tier_pages, kv_head_offset=kv_head_offset,
+                         max_requests=max_requests)
         if self.head_dim != config.head_dim:
             raise ValueError(f"head_dim ({self.head_dim}) must equal config.head_dim ({config.head_dim})")
         self.config = config

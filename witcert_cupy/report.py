@@ -112,13 +112,15 @@ def run_report(*, layers=2, kv_heads=2, group=4, head_dim=128, context=1024, ste
                     ss.append((q, layer, ip, ix, ll))
             prog.step(f"{label} step {t + 1}/{steps}")
         bounds, trues, risks, oerr, cmaxes = map(np.concatenate, (bounds, trues, risks, oerr, cmaxes))
-        # the gate on the last step: repair every layer's offending heads, then measure again
+        # the gate on the last step: repair every layer's offending heads, then measure again.  It is
+        # the run the gate would have made instead, so it spends its own request's budget (ledger
+        # id 1; the risk-coverage curve's budgets: ids 2, 3, ...)
         g_cov, g_err, g_bytes, g_pages = [], [], 0, 0
         for layer in range(L):
             q = Q[layer, steps - 1][None]
             cert = CertConfig(tier=tier, delta_req=delta_req, num_layers=L, steps=steps, tau=tau)
             res, rep = gated_decode(xp_dev(q), pool, layer=layer, kv_indptr=xp_dev(ip), kv_indices=xp_dev(ix),
-                                    kv_last_page_len=xp_dev(ll), cert=cert, tau=tau)
+                                    kv_last_page_len=xp_dev(ll), cert=cert, tau=tau, requests=xp_dev(np.array([1])))
             g_cov.append(host(res.risk)[0] <= tau)
             rows_b = reference.request_rows(pool, layer, pt, 0)
             o_ex, _ = reference.attention(q[0], rows_b["k_exact"], rows_b["v_exact"])
@@ -134,11 +136,11 @@ def run_report(*, layers=2, kv_heads=2, group=4, head_dim=128, context=1024, ste
                   for q, layer, ip, ix, ll in ss]
             tanh_cov = float(np.mean(np.tanh(np.concatenate(ca) / 2) <= tau))
             curve = []
-            for dl in DELTAS:
+            for j, dl in enumerate(DELTAS):
                 cov = []
                 for q, layer, ip, ix, ll in ss:
                     r = decode_attention(xp_dev(q), pool, layer=layer, kv_indptr=xp_dev(ip), kv_indices=xp_dev(ix),
-                                         kv_last_page_len=xp_dev(ll),
+                                         kv_last_page_len=xp_dev(ll), requests=xp_dev(np.array([2 + j])),
                                          cert=CertConfig(tier="B", delta_req=float(dl), num_layers=L, steps=steps))
                     cov.append(host(r.risk)[0] <= tau)
                 curve.append(float(np.mean(np.concatenate(cov))))
