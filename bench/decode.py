@@ -4,12 +4,13 @@ backends) on the same shapes.
 
     PYTHONPATH=. python3 bench/decode.py [--quick | --shapes 32/28/4/32768,...] [--out bench/results]
 
-Method (bench/NOTES.md): correctness against a float64 reference before timing; every method is
+Method (docs/performance.md): correctness against a float64 reference before timing; every method is
 captured in a CUDA graph that calls it once per rotated buffer (the buffers together are several
 times the L2), the graph is replayed many times, each replay timed with CUDA events; the median per
 call is reported.  Bytes count K+V (codes + scales for INT8, fp16 values for SDPA).
-Writes ``decode-<date>.json`` (rows: method, batch, hq, hkv, context, page_size, dither_bits, cert,
-us, gbps, ratio_sdpa) and ``decode-<date>.png``.
+Writes ``decode.json`` (``decode-quick.json`` with ``--quick``, ``decode-shapes.json`` with
+``--shapes``; rows: method, batch, hq, hkv, context, page_size, dither_bits, cert, us, gbps,
+ratio_sdpa; the date inside) and the matching ``.png``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import witcert_cupy as wc  # noqa: E402
-from witcert_cupy.telemetry import join_forks  # noqa: E402
+from witcert_cupy._cuda.capture import join_forks  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_clocks import ClockSampler  # noqa: E402
@@ -311,7 +312,7 @@ def main():
     dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"decode-{date}{'-quick' if args.quick else ''}{'-shapes' if args.shapes else ''}"
+    stem = f"decode{'-quick' if args.quick else ''}{'-shapes' if args.shapes else ''}"
 
     def save(complete):
         meta = {"date": date, "gpu": dev["name"].decode(), "sms": dev["multiProcessorCount"], "l2_bytes": l2,
@@ -394,10 +395,10 @@ def main():
 
 
 def write_rows_json(out_dir, stem, rows):
-    """A side sweep's rows as ``<out_dir>/<stem>-<date>.json``."""
+    """A side sweep's rows as ``<out_dir>/<stem>.json`` (each run replaces the last)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}-{datetime.date.today().isoformat()}.json").write_text(json.dumps(rows, indent=1))
+    (out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
 
 
 def sweep(args):
@@ -422,7 +423,7 @@ def sweep(args):
 def split_sweep(args):
     """Side by side in one run: the certified INT8 decode (8-bit dither) at the library's default
     split count and at fixed counts, for the small-batch shapes where splits of one page leave each
-    CTA half a 32-token tile (bench/NOTES.md, session 5); SDPA fp16 on the same shape for scale."""
+    CTA half a 32-token tile (docs/performance.md); SDPA fp16 on the same shape for scale."""
     l2 = l2_bytes()
     rows = []
     for B, hq, hkv, ctx in ((1, 32, 8, 4096), (1, 28, 4, 4096), (1, 32, 8, 32768), (1, 28, 4, 32768),

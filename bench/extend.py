@@ -2,10 +2,8 @@
 Hkv = 8, d = 128, page 16, against torch SDPA fp16 with the same causal structure, in one process.
 
     PYTHONPATH=. python3 bench/extend.py [--new 2048] [--prefix 30720] [--reps 20] [--out DIR]
-    # another version beside the shipped one, in the same process (its stage 1 must take this
-    # launch layer's arguments: x15 and later; an earlier commit's whole tree runs in its own process):
-    git show COMMIT:cuda/extend_tc.cu > /tmp/x31.cu   # (copy it into the tree for the device)
-    PYTHONPATH=. python3 bench/extend.py --variant '' --variant src=/tmp/x31.cu --variant WGMMA=0
+
+(To compare with an earlier version, run an earlier commit's tree in its own process beside this one.)
 
 Methods (each timed as a CUDA graph, median of ``--reps`` replays, events):
 
@@ -19,7 +17,7 @@ Methods (each timed as a CUDA graph, median of ``--reps`` replays, events):
 Correctness first: sampled query positions are checked against float64 attention on the
 dequantized cache (o by the flash-attention rule against an fp16 attention, lse, and zero
 certificate violations against the float64 true TV from the exact keys).  Writes
-``bench/results/extend-<date>.json`` (rows: method, n_new, prefix, hq, hkv, d, page_size, cert, us,
+``bench/results/extend.json`` (rows: method, n_new, prefix, hq, hkv, d, page_size, cert, us,
 tflops, ratio_sdpa).
 """
 
@@ -124,63 +122,6 @@ def sdpa_cases(args, k16, v16, q):
     return out
 
 
-def _define_of(name, src=None, default=None):
-    """Define ``name`` of the shipped kernel source (read at each call), or of ``src`` (another
-    version's text; ``default`` where it has none), as a function like the launch layer's."""
-    from witcert_cupy import _cuda_extend
-
-    if src is None:
-        return lambda: _cuda_extend._source_define(name)
-    value = _cuda_extend._source_define(name, src, default)
-    return lambda: value
-
-
-def use_variant(spec):
-    """Build the extend kernel as variant ``spec``: comma-separated ``NAME=VALUE`` defines added to
-    the library's options, ``WGMMA=0|1`` to force the extend's tensor-core path, and ``src=PATH`` for
-    another version of ``cuda/extend_tc.cu`` (an earlier commit's, so that two versions are timed in
-    one process).  ``''`` is the shipped kernel."""
-    from witcert_cupy import _cuda
-
-    base_opts = getattr(_cuda, "_bench_base_options", None) or _cuda.options()
-    base_inline = getattr(_cuda, "_bench_base_inline", None) or _cuda.inline_source
-    _cuda._bench_base_options, _cuda._bench_base_inline = base_opts, base_inline
-    from witcert_cupy import _cuda_extend
-
-    extra, src = [], None
-    _cuda_extend.WGMMA = None
-    _cuda_extend.smem_bytes = _define_of("XT_SMEM_BYTES")
-    _cuda_extend.producer_warps = _define_of("XT_PRODUCER_WARPS")
-    for item in filter(None, spec.split(",")):
-        if item.startswith("src="):
-            src = Path(item[4:]).read_text()
-            # an earlier version's own shared-memory size and producer warps (none before session 10)
-            _cuda_extend.smem_bytes = _define_of("XT_SMEM_BYTES", src)
-            _cuda_extend.producer_warps = _define_of("XT_PRODUCER_WARPS", src, 0)
-        elif item.startswith("WGMMA="):
-            _cuda_extend.WGMMA = bool(int(item.split("=")[1]))
-        else:
-            extra.append(f"-D{item}")
-    _cuda.options = lambda: base_opts + tuple(extra)
-    if src is None:
-        _cuda.inline_source = base_inline
-    else:
-        def inline(name, _seen=None):
-            if name != "extend_tc.cu":
-                return base_inline(name, _seen)
-            seen = set() if _seen is None else _seen
-
-            def sub(m):
-                if m.group(1) in seen:
-                    return ""
-                seen.add(m.group(1))
-                return base_inline(m.group(1), seen).replace("#pragma once", "")
-
-            return _cuda._INCLUDE.sub(sub, src)
-        _cuda.inline_source = inline
-    _cuda._module.cache_clear()
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--new", type=int, default=2048)
@@ -188,14 +129,12 @@ def main(argv=None):
     ap.add_argument("--hq", type=int, default=32)
     ap.add_argument("--hkv", type=int, default=8)
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--variant", action="append", default=None,
-                    help="kernel variant (repeatable): NAME=VALUE,... defines or src=PATH; '' is the shipped kernel")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     import cupy as cp
 
     from decode import time_cupy, time_torch
-    from witcert_cupy._cuda_extend import ExtendPlan
+    from witcert_cupy._cuda.extend import ExtendPlan
     from witcert_cupy.decode import check_page_table
 
     print(f"extend: {args.new} new tokens over a {args.prefix}-token prefix, Hq={args.hq}, Hkv={args.hkv}, d={D}")
@@ -208,9 +147,8 @@ def main(argv=None):
     pt = check_page_table(ip, pages.get(), last, batch=1, num_pages=pool.num_pages, page_size=PS)
     positions = [0, 1, args.new // 3, args.new // 2 + 5, args.new - 2, args.new - 1]
     times, checks, ok = {}, {}, True
-    for variant in args.variant or [""]:
-        use_variant(variant)
-        tag = f"[{variant}]" if variant else ""
+    for variant in [""]:
+        tag = ""
         res = wc.extend_attention(q, pool, layer=0, qo_indptr=cp.asarray(qo), kv_indptr=cp.asarray(ip),
                                   kv_indices=pages, kv_last_page_len=cp.asarray(last), cert=cert)
         assert res.kernel == "extend_tc", res.kernel
@@ -233,7 +171,6 @@ def main(argv=None):
             plan.launch()
             agree = float(cp.abs(plan.lse - res.lse).max())
             print(f"  {name:34s} {times[name]:10.1f} µs  splits {plan.ns}, |lse − checked run| {agree:.1e}")
-    use_variant("")
     try:
         for name, f in sdpa_cases(args, k16, v16, q).items():
             times[name], _ = time_torch([f], args.reps)
@@ -252,11 +189,10 @@ def main(argv=None):
         rs = f"{r['ratio_sdpa']:.2f}×" if r["ratio_sdpa"] else "-"
         tf = f"{r['tflops']:7.1f}" if r["tflops"] is not None else "      -"
         print(f"  {r['method']:34s} {r['us']:10.1f} µs {tf} TFLOP/s  {rs} SDPA (causal)")
-    out = dict(date=str(datetime.date.today()), checks=checks.get("", next(iter(checks.values()))),
-               variant_checks=checks, checks_ok=ok, causal_flops=flops, rows=rows)
+    out = dict(date=str(datetime.date.today()), checks=checks[""], checks_ok=ok, causal_flops=flops, rows=rows)
     dest = Path(args.out) if args.out else Path(__file__).resolve().parent / "results"
     dest.mkdir(parents=True, exist_ok=True)
-    path = dest / f"extend-{datetime.date.today()}.json"
+    path = dest / "extend.json"
     path.write_text(json.dumps(out, indent=1))
     print(f"wrote {path}")
     return 0 if ok else 1

@@ -2,7 +2,7 @@
 through ctypes, no extra package) sampled from a thread every few milliseconds.
 
 Why: an issue-bound kernel's time follows the SM clock, and the same kernel on the same shape has
-measured 540 µs and 600 µs minutes apart in one run (bench/NOTES.md, session 11).  Every timed row
+measured 540 µs and 600 µs minutes apart in one run (docs/performance.md).  Every timed row
 carries the clocks seen while it ran, so that two rows can be compared knowing whether the clock
 moved between them.
 

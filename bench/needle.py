@@ -37,7 +37,7 @@ def main():
             "wall_s": time.time() - t0}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"needle-{meta['date']}-cpu.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (out / "needle-cpu.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

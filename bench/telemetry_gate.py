@@ -12,13 +12,12 @@ launches replayed (bench/decode.py's `time_cupy`); median over repetitions.  The
 Gate: a context with a few massive-activation kv heads (a handful of sink tokens with a huge key
 channel, no outlier bypass), queries that lean on that channel; `gated_decode` at τ = 0.2 certified.
 Page-granular traffic (bytes paged in) is compared with the whole-head fallback (every (request,
-kv head) with an offending query head paged in whole).  Writes ``telemetry-gate-<date>.json``.
+kv head) with an offending query head paged in whole).  Writes ``telemetry-gate.json``.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import statistics
@@ -67,7 +66,7 @@ def bench_telemetry(rows, reps):
         pool.codes[...] = (cp.random.randint(0, 255, size=pool.codes.shape, dtype=cp.int32) - 127).astype(cp.int8)
         pool.scales[...] = cp.random.uniform(0.004, 0.03, size=pool.scales.shape).astype(cp.float16)
         cert = wc.CertConfig(tier="B", num_layers=32, steps=1024)
-        tel = wc.Telemetry(1, hq, 0.2, backend="cuda")
+        tel = wc.Telemetry(1, hq, cert, backend="cuda")
         plans = {False: [], True: []}
         for r in range(rot):
             ip = cp.arange(0, B * npg + 1, npg, dtype=cp.int32)
@@ -143,7 +142,7 @@ def bench_gate(rows, backend, ctx):
     before = wc.decode_attention(xp.asarray(q), pool, cert=cert, **args)
     risk0 = to_host(before.risk)
     t0 = time.perf_counter()
-    res, rep = wc.gated_decode(xp.asarray(q), pool, cert=cert, tau=0.2, **args)
+    res, rep = wc.gated_decode(xp.asarray(q), pool, cert=cert, **args)
     dt = time.perf_counter() - t0
     risk1 = to_host(res.risk)
     B, Hq = risk0.shape
@@ -177,7 +176,7 @@ def main():
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     tag = "" if a.backend == "cuda" else "-cpu"
-    path = out / f"telemetry-gate{tag}-{datetime.date.today().isoformat()}.json"
+    path = out / f"telemetry-gate{tag}.json"
     path.write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=1))
     print("wrote", path)
 

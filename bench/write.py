@@ -91,7 +91,7 @@ def main():
             "command": " ".join(["python3"] + sys.argv), "cupy": cp.__version__}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"write-{date}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (out / "write.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -172,18 +172,13 @@ WC_D SplitTokens split_tokens(const RequestPages& rp, int s, int num_splits, int
 // for every request of a batch of equal lengths and for a single request.  tile_page_or takes such
 // a value only where the real index is the guessed one, and reads the entry otherwise: the same
 // page ids either way, and on a right guess the first tile's rows wait for two dependent round
-// trips instead of three.  decode_stage1_f16 guesses (run 145: 0.2–0.3 µs at B = 1, 4k, 0.8% at
+// trips instead of three.  decode_stage1_f16 guesses (0.2–0.3 µs at B = 1, 4k, 0.8% at
 // B = 8, 28/4, 32k); decode_stage1_v2 does not: there its set-up is the longer chain, and the same
-// guess measured 0.1 µs faster at B = 1, 4k and up to 1% slower at 32k (bench/NOTES.md, session 19).
+// guess measured 0.1 µs faster at B = 1, 4k and up to 1% slower at 32k (docs/performance.md).
 struct PageGuess {
     int idx;   // the entry of kv_indices guessed for this lane's token (-1: none)
     int page;  // its value
 };
-
-// 0: no guess (tests compare the bits; bench/decode_variants.py times the two)
-#ifndef WC_PAGE_GUESS
-#define WC_PAGE_GUESS 1
-#endif
 
 WC_D PageGuess guess_first_page(const int* kv_indices, int b, int nreq, int nnz, int s, int num_splits, int lane,
                                 int page_shift) {
@@ -191,7 +186,7 @@ WC_D PageGuess guess_first_page(const int* kv_indices, int b, int nreq, int nnz,
     const int pps = (npg + num_splits - 1) / num_splits;  // split_tokens' pages per split
     const i64 idx = (i64)b * npg + min(s * pps, npg) + (lane >> page_shift);
     PageGuess g;
-    g.idx = WC_PAGE_GUESS && idx < nnz ? (int)idx : -1;
+    g.idx = idx < nnz ? (int)idx : -1;
     g.page = g.idx >= 0 ? kv_indices[g.idx] : 0;
     return g;
 }
@@ -271,7 +266,7 @@ WC_D void tile_logits(const float (&dot)[G], float sm2, bool valid, float (&lt)[
 // the rescales of what was summed before, `p` the token's weights (0 past the split's end; 1 and
 // 0 while no token has been valid).  The G warp maxima interleave and nothing branches: one head
 // at a time, each butterfly step's shuffle latency was exposed and the per-head branch kept the
-// compiler from overlapping heads (bench/NOTES.md, session 11).  Each head's values are the
+// compiler from overlapping heads (docs/performance.md).  Each head's values are the
 // one-head-at-a-time values, bit for bit (max is exact; the exponentials are the same operations).
 template <int G>
 WC_D void softmax_tile_steps(const float (&lt)[G], bool valid, float (&m)[G], float (&sc)[G], float (&p)[G]) {
@@ -295,7 +290,7 @@ WC_D void softmax_tile_steps(const float (&lt)[G], bool valid, float (&m)[G], fl
 // λ's sum (SPEC §6) under its own running maximum m2 for one more term 2^x (log2 units): 2^{m2 − mn}
 // rescales the old sum and 2^{x − mn} is the new term, one of the two being 2^0 = 1, so the values
 // are those of the form that selects between l2·2^{m2−x} + 1 (a new maximum) and l2 + 2^{x−m2},
-// without its compare and select (bench/NOTES.md, session 21).  x = +inf (an infinite c_t, or an
+// without its compare and select (docs/performance.md).  x = +inf (an infinite c_t, or an
 // overflowing sum) leaves m2 = +inf, which every caller's end turns into λ = +inf whatever l2 holds.
 WC_D void lambda_sum(float x, float& m2, float& l2) {
     const float mn = fmaxf(m2, x);

@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
                           k1, sm, log_budget, beta_steps, gamma_per_beta, gamma_exact};
     constexpr int LPT = D / VEC;        // lanes per token
     constexpr int TPW = 32 / LPT;       // tokens per warp step
-    // tokens per lane group per step; defaults from the sweep in bench/NOTES.md (v1)
+    // tokens per lane group per step; defaults from the sweep in docs/performance.md (v1)
     // (fp16 rows at G >= 7: one token, the evaluation term's Σ|q||x| of every channel fits 255 registers)
     constexpr int U = U_ > 0 ? U_ : (G <= 4 || (FP16 && G >= 7) ? 1 : 2);
     constexpr int TOK_STEP = TPW * DEC_WARPS * U;
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     float* const pw_lt = &red[0][0][0];
     float* const pw_x = pw_lt + G * PW;
 
-    griddep_enter(GD_STAGE1_EARLY);  // before the first global access (griddep.cuh)
+    griddep_wait();  // before the first global access (griddep.cuh)
     const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int tsub = lane / LPT, cl = lane % LPT;
@@ -609,35 +609,27 @@ WC_D void certify_cell(float log_a, float lse, float cmax, float gam, double& ri
 // over shared memory, and the o loop's loads of o_part are unconditional (an empty split's weight
 // is selected away), so they are issued MG_BATCH at a time.  (Before, every thread recomputed every
 // exponential, and each o_part load sat behind a branch on its split's statistics: a chain of ns
-// dependent L2 round trips, ≈ 15 µs of a 32 µs step at B = 1, 64 splits; run 43.)  With
+// dependent L2 round trips, ≈ 15 µs of a 32 µs step at B = 1, 64 splits.)  With
 // `risk` non-null the CTA also certifies its cell (SPEC §5, certify_cell), so a certified step is
 // two launches, not three.
 #define MG_PAD(ns) (((ns) + 3) & ~3)  // 16-byte aligned arrays
 // o_part loads issued before their sum, per thread.  Batches of 32 were predicted to save the
-// L2 round trips of run 44's ≈ 0.13 µs per split at B = 1, but measured slower than 8 (run 51,
-// bench/decode_variants.py: 33.8 vs 27.3 µs per step at B = 1, 4k; 93.7 vs 87.2 at 32k); 4 and
-// 16 came within 1.6 µs of 8 either way (run 53), and within 0.2 µs once the batches' loads were
-// unguarded (run 128)
-#ifndef MG_BATCH
+// L2 round trips of ≈ 0.13 µs per split at B = 1, but measured slower than 8 (the variant
+// benchmark: 33.8 vs 27.3 µs per step at B = 1, 4k; 93.7 vs 87.2 at 32k); 4 and
+// 16 came within 1.6 µs of 8 either way, and within 0.2 µs once the batches' loads were
+// unguarded.
 #define MG_BATCH 8
-#endif
 // With `pf` (the host's choice: the rows fit, d % 4 == 0) every o_part row of the cell is copied
 // into shared memory by cp.async at the kernel's start, after the three statistics arrays, so the
-// copies land while the statistics are reduced (run 59: the merge was a chain of dependent global
-// round trips).  MG_PREFETCH=0 ignores `pf` (bench/decode_variants.py).
-#ifndef MG_PREFETCH
-#define MG_PREFETCH 1
-#endif
+// copies land while the statistics are reduced (the merge was a chain of dependent global
+// round trips).
 __host__ __device__ constexpr int merge_smem_floats(int ns) { return 3 * MG_PAD(ns) + 4; }
-// The prefetch as one bulk copy of the cell's rows (1, sm_90+), or as 16-byte cp.async pieces over
-// all threads (0, and below sm_90).  Why (run 138): with the pieces, 64 KB of rows (128 splits)
+// The prefetch as one bulk copy of the cell's rows on sm_90+, as 16-byte cp.async pieces over all
+// threads below.  Why: with the pieces, 64 KB of rows (128 splits)
 // kept every thread issuing copies for ≈ 1,700 cycles before the statistics, as fast as the rows
 // flow into the SM; the bulk copy moves them while the statistics, exponentials and sums run, and
 // only the o loop waits for them.  The same rows land, so the same bits.
-#ifndef MG_BULK
-#define MG_BULK 1
-#endif
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && MG_BULK
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define MG_USE_BULK 1
 #else
 #define MG_USE_BULK 0
@@ -700,10 +692,10 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
     const u32 bar = smem_addr(&mg_bar);
     const i64 r = blockIdx.x;  // (b, hq)
     const int tid = threadIdx.x, nt = blockDim.x;
-    const bool pref = MG_PREFETCH && pf != 0;
-    griddep_enter(GD_MERGE_EARLY);  // before the first global access (griddep.cuh)
+    const bool pref = pf != 0;
+    griddep_wait();  // before the first global access (griddep.cuh)
     // the thread's first split's statistics are requested before the row copies are issued, so
-    // that round trip is not queued behind them (run 123: the copies' issue delayed it ≈ 0.4 µs)
+    // that round trip is not queued behind them (the copies' issue delayed it ≈ 0.4 µs)
     float v0 = 0.0f, lv0 = 0.0f, cv0 = 0.0f, gv0 = 0.0f;
     if (tid < ns) {
         v0 = lse_part[r * ns + tid];
@@ -780,8 +772,7 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
         }
         __syncthreads();
         // the same bits in every thread: split order, as the twin.  λ's sum runs in the same loop as
-        // lse's (two independent chains), so log A is known before the o loop (after it until
-        // session 13: run 93).  Two loops rather than a test of lfin per split, whose branches kept
+        // lse's (two independent chains), so log A is known before the o loop.  Two loops rather than a test of lfin per split, whose branches kept
         // the loads from being issued ahead
         float tot = 0.0f, t2 = 0.0f;
         if (lfin) {
@@ -800,9 +791,8 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
         for (int s = tid; s < ns; s += nt) lp_s[s] = lp_s[s] != -INFINITY ? expf(lp_s[s] - L) : -1.0f;
         if (pref) merge_rows_landed(bar);  // (the cp.async pieces: the barrier makes everyone's visible)
         __syncthreads();
-        griddep_late(GD_MERGE_EARLY);
         // o: one loop per source of the rows, whole batches of MG_BATCH unguarded loads, then the
-        // remainder (run 123: with the source and the bound tested per load, the loads were issued
+        // remainder (with the source and the bound tested per load, the loads were issued
         // one at a time behind branches, ≈ 85 cycles per split)
         const int nfull = ns - ns % MG_BATCH;
         for (int c = tid; c < D; c += nt) {

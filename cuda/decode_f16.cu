@@ -4,37 +4,31 @@
 // (decode_v2.cu) on such a pool: fp32 dot products of the fp32 query with the stored values
 // converted exactly to fp32 (SPEC §6), Tier-A c_t (SPEC §4), λ and cmax per split.
 //
-// decode_stage1_f16<G, W, CERT>: grid (⌈num_splits / NP⌉, Hkv, B), block W·NP warps serving the kv
+// decode_stage1_f16<G, CERT>: grid (⌈num_splits / NP⌉, Hkv, B), block NP warps serving the kv
 // head's G query heads (CERT: the certified instantiation, tier != 0; the other carries no λ state).
-// NP = F16_PIPES splits per CTA for W = 1 (decode_f16_geometry.cuh: the query is loaded once per
-// CTA, and 12 one-warp pipelines fit an SM where 10 one-warp CTAs did), 1 for W = 2; warp
-// W·p + w serves split NP·blockIdx.x + p and owns channels [w·128/W, (w + 1)·128/W) of every K and
-// V row of it.  Its 32-token tiles go through a two-group cp.async pipeline per side, private to
+// NP = F16_PIPES splits per CTA (decode_f16_geometry.cuh: the query is loaded once per CTA, and 12
+// one-warp pipelines fit an SM where 10 one-warp CTAs did); warp p serves split NP·blockIdx.x + p,
+// every channel of every K and V row of it.  Its 32-token tiles go through a two-group cp.async pipeline per side, private to
 // the warp:
 //   K(i) [+ the witness rows] lands → lanes t and t ± 16 hold token t's two channel halves: the
-//        G partial dot products over the warp's channels (then lane = token); with W = 2 the two
-//        warps' parts meet through shared memory (one barrier per tile) and both warps run the
-//        same online softmax on the same logits; the last warp forms c_t and λ;
+//        G partial dot products, traded between the two lanes (then lane = token); the online
+//        softmax, c_t and λ;
 //        → K(i+1) is issued into the freed buffer;
-//   V(i) lands → lane = 128/(32·W) of the warp's output channels: o += P·V̂ in token order
+//   V(i) lands → lane = 4 of the output channels: o += P·V̂ in token order
 //        → V(i+1) is issued.
 // So each side's next rows load under the other side's arithmetic.  A tile whose two halves are
 // each a run of consecutive slots (pages of 16 or more tokens) is staged from two source bases
-// with immediate offsets (f16_stage_side, F16_RUNS), any other row by row.
-// Why (bench/NOTES.md, session 8): the staged-tile kernel serves fp16 rows with the INT8 layout
+// with immediate offsets (f16_stage_side), any other row by row.
+// Why (docs/performance.md): the staged-tile kernel serves fp16 rows with the INT8 layout
 // (one warp per side, two CTA barriers per tile, the fp16 rows read synchronously from global
 // memory and V̂ re-staged as fp32): 2.1 TB/s at B = 8, 32k, where SDPA moves the same bytes at
 // 4.3 TB/s.  An fp16 row needs no dequantization: the work is the 2·G·128 FMAs per token, and the
-// kernel has to keep bytes in flight and warps issuing.  W = 1 (the library's choice) runs at
-// 0.97–1.16× SDPA at G = 4 and 1.3–1.55× at G = 7 (run 51); there Nsight Compute (run 53) showed 2.45
-// warps per scheduler (shared memory: 10 CTAs per SM) issuing 0.65 per cycle.  W = 2 shares one
-// tile's buffers between two warps (16 warps per SM instead of 10) but measured 0–4% slower
-// (run 54): fewer bytes in flight per SM (8 CTAs' buffers instead of 10), a barrier and a second
-// softmax per tile.
+// kernel has to keep bytes in flight and warps issuing.  Two warps sharing one tile's buffers,
+// each with half of every row's channels (16 warps per SM instead of 10), measured 0–4% slower:
+// fewer bytes in flight per SM, a barrier and a second softmax per tile.
 // Sum orders: token order per output channel, band order in c_t; q·k in channel order over each
-// half of the warp's channels, the two halves then added (F16_KPAIR; 0: one chain in channel order,
-// that of decode_stage1_v2<G, 0, false>), and the W warps' partial sums added; the softmax sum per
-// lane in token order, the 32 lanes' sums then by a warp reduction (F16_LANE_SUMS).
+// half of the channels, the two halves then added; the
+// softmax sum per lane in token order, the 32 lanes' sums then by a warp reduction.
 // Never reads out of bounds: page ids outside the pool, an inconsistent kv_indptr or a bad
 // last-page length poison the split (NaN output, infinite certificate), as in decode_stage1; a
 // token past the split's end stages zeros (its row is not read; the witness row of slot 0 is).
@@ -107,15 +101,10 @@ __device__ __forceinline__ void f16_copy_run(u32 dst, const u16* srca, const u16
     }
 }
 
-// the staging through runs of slots where the rows allow it (1), or always row by row (0)
-#ifndef F16_RUNS
-#define F16_RUNS 1
-#endif
-
 // One side of a tile (f16_copy_rows' arguments; `vm` bit r: row r is a token, warp-uniform):
 // through f16_copy_run when the rows allow it.  Why: row by row the staging took ≈ 130 instructions
-// per side and tile (run 77's profile), a shuffle, a wide multiply-add and a predicate per copy; a
-// run of slots takes ≈ 20 (run 84: 2770 instead of ≈ 3100 per tile, 4% faster at B = 32, 28/4).
+// per side and tile (a profile), a shuffle, a wide multiply-add and a predicate per copy; a
+// run of slots takes ≈ 20 (2770 instead of ≈ 3100 per tile, 4% faster at B = 32, 28/4).
 // The same bytes land either way.
 template <int RPI, int STEP>
 __device__ __forceinline__ void f16_stage_side(u32 dst, const u16* src, u32 slot_, u32 vm, int r0, int lane) {
@@ -123,73 +112,52 @@ __device__ __forceinline__ void f16_stage_side(u32 dst, const u16* src, u32 slot
     const u32 a = __shfl_sync(0xffffffffu, slot_, 0), b = __shfl_sync(0xffffffffu, slot_, 16);
     const u32 head = (lane & 16) ? b : a;
     // (slot_ ≥ head: a run never wraps past slot 2^32 − 1, so its rows' addresses are its slots')
-    if (F16_RUNS && __all_sync(0xffffffffu, vm == 0xffffffffu && slot_ >= head && slot_ - head == (u32)(lane & 15))) {
+    if (__all_sync(0xffffffffu, vm == 0xffffffffu && slot_ >= head && slot_ - head == (u32)(lane & 15))) {
         f16_copy_run<0, N, RPI, STEP>(dst, src + (u64)(a + (u32)r0) * F16_D, src + (u64)(b + (u32)r0) * F16_D);
     } else {
         f16_copy_rows<0, N, RPI, STEP>(dst, src, slot_, vm >> r0, r0);
     }
 }
 
-// 8-channel q·k steps unrolled (with F16_KPAIR, steps of two rows): four measured best at W = 1,
-// G = 7 (run 53: two and eight were 1–4% slower; with two rows a step, run 82: two the same,
-// eight 2–4% slower)
-#ifndef F16_KU
-#define F16_KU(W) ((W) == 1 ? 4 : 2)
-#endif
+// The softmax sums are kept per lane over its tokens, with one warp sum at the end (five shuffles
+// and adds per head fewer per tile than tile-by-tile warp sums; 2–3% faster at G = 7).  q·k runs two
+// tokens a lane, half the channels each: each 16-byte broadcast of q serves two rows, half the q
+// loads (6% faster at G = 7 than a token a lane over every channel).
 
-// the softmax sums: per lane over its tokens and one warp sum at the end (1: five shuffles and adds
-// per head fewer per tile; 2–3% faster at G = 7, runs 77 and 79), or warp-uniform, tile by tile
-// (0: the order before session 11)
-#ifndef F16_LANE_SUMS
-#define F16_LANE_SUMS 1
-#endif
-
-// q·k with two tokens a lane, half the channels each (1: each 16-byte broadcast of q serves two
-// rows, half the q loads; 6% faster at G = 7, run 81), or a token a lane over all of them (0)
-#ifndef F16_KPAIR
-#define F16_KPAIR 1
-#endif
-
-#ifndef F16_PU
-#define F16_PU(W) ((W) == 1 ? 2 : 1)
-#endif
-
-template <int G, int W, bool CERT>
-__global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CERT)) decode_stage1_f16(
+template <int G, bool CERT>
+__global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_stage1_f16(
     const float* __restrict__ q, const u16* __restrict__ vals, const u16* __restrict__ wit,
     const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
     const int* __restrict__ kv_last_page_len, float* __restrict__ o_part, float* __restrict__ lse_part,
     float* __restrict__ lam_part, float* __restrict__ cmax_part, float* __restrict__ gam_part, i64 N, int H, int layer,
     int NB, int page_shift, int num_pages, int nnz, int num_splits, int tier, float sm, float gamma_exact) {
-    static_assert(W == 1 || W == 2, "W: one warp, or two splitting the channels");
     static_assert(F16_PIPES >= 1 && 12 % F16_PIPES == 0, "F16_PIPES: a divisor of 12");
-    constexpr int NP = f16_pipes(W);  // the CTA's pipelines (splits)
+    constexpr int NP = F16_PIPES;  // the CTA's pipelines (splits)
     constexpr int D = F16_D;
-    constexpr int CH = D / W;        // channels of a row per warp
-    constexpr int CPL = CH / 32;     // output channels per lane in P·V (4 or 2)
-    constexpr int KP = f16_kp(W);    // words per staged K row
+    constexpr int CH = D;            // channels of a row per warp
+    constexpr int CPL = CH / 32;     // output channels per lane in P·V
+    constexpr int KP = F16_KP;       // words per staged K row
     constexpr int VP = CH / 2;       // V is read a row at a time (lane = channels): no padding
     constexpr int NCH = CH / 8;      // 16-byte pieces of a row's CH channels
     constexpr int RPI = 32 / NCH;    // rows per staging instruction
-    constexpr int CW = W - 1;        // the warp that forms the certificate
-    constexpr int KU = F16_KU(W);    // 8-channel q·k steps unrolled (the pragma takes no macros)
-    constexpr int PU = F16_PU(W);    // 4-token P·V steps unrolled
+    // q·k steps of two rows unrolled: four measured best at G = 7 (two the same, eight 2–4% slower);
+    // 4-token P·V steps unrolled: two
+    constexpr int KU = 4;
+    constexpr int PU = 2;
     constexpr u32 FULL = 0xffffffffu;
     extern __shared__ __align__(16) unsigned char f16_dyn[];  // f16_smem_bytes, in its order
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int pipe = warp / W, part = warp % W;  // the warp's split in the CTA, its channel part
+    const int pipe = warp;  // the warp's split in the CTA
     float(*q_s)[D] = reinterpret_cast<float(*)[D]>(f16_dyn);
-    unsigned char* wbuf = f16_dyn + G * D * 4 + warp * f16_warp_bytes(G, W);  // this warp's tiles
+    unsigned char* wbuf = f16_dyn + G * D * 4 + warp * f16_warp_bytes(G);  // this warp's tiles
     u32(*kt)[KP] = reinterpret_cast<u32(*)[KP]>(wbuf);                            // [32][KP]
     u32(*vt)[VP] = reinterpret_cast<u32(*)[VP]>(wbuf + F16_TILE * KP * 4);        // [32][VP]
     float(*P)[F16_TILE] = reinterpret_cast<float(*)[F16_TILE]>(wbuf + F16_TILE * (KP + VP) * 4);  // [G][32]
-    unsigned char* after = f16_dyn + G * D * 4 + W * NP * f16_warp_bytes(G, W);
-    float* xd = reinterpret_cast<float*>(after);  // W = 2: partial dot products, by tile parity
-    if (W == 2) after += 2 * W * G * F16_TILE * 4;
+    unsigned char* after = f16_dyn + G * D * 4 + NP * f16_warp_bytes(G);
     u16* wt = reinterpret_cast<u16*>(after) + pipe * F16_TILE * NB;                  // [32][NB]
     float* a_band = reinterpret_cast<float*>(after + NP * F16_TILE * NB * 2);        // [G][NB]: sm·||q_g||
 
-    griddep_enter(GD_STAGE1_EARLY);  // before the first global access (griddep.cuh)
+    griddep_wait();  // before the first global access (griddep.cuh)
     const int s = blockIdx.x * NP + pipe, h = blockIdx.y, b = blockIdx.z;
     const bool live = s < num_splits;  // (the last CTA's spare pipelines only help load the query)
     const int Hq = H * G;
@@ -197,7 +165,7 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
     // CERT: the certified instantiation (tier != 0); an Fp16Pool has no Tier B: any tier without A
     // gives c_t = +inf
     const bool tier_a = CERT && (tier & 1) != 0;
-    const bool certifier = part == CW;
+    constexpr bool certifier = true;
 
     // the first tile's page ids, guessed, so that their round trip overlaps kv_indptr's (common.cuh)
     const PageGuess guess =
@@ -210,8 +178,8 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
     const SplitTokens st_ = split_tokens(rp, live ? s : 0, num_splits, page_shift);
     const i64 ta = st_.ta, tb = live ? st_.tb : st_.ta;  // a spare pipeline: an empty range
 
-    // o channels part·CH + CPL·lane + j per head; the softmax maximum m (log2 units), warp-uniform,
-    // and sum l (per lane: F16_LANE_SUMS), the same in every warp of a split; the certifier's λ
+    // o channels CPL·lane + j per head; the softmax maximum m (log2 units), warp-uniform,
+    // and sum l (per lane), the same in every warp of a split; the certifier's λ
     // running maximum m2 and sum l2 over the lane's tokens, and cmax
     float acc[G][CPL], m[G], l[G], m2[G], l2[G], cmx[G];
 #pragma unroll
@@ -231,12 +199,12 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
         auto slot_at = [&](i64 t0n, int page) { return tile_slot(t0n, tb, lane, page, page_shift, num_pages, poisoned); };
         const i64 kbase = ((i64)layer * 2 * H + h) * N;  // row of slot 0, K side
         const i64 vbase = kbase + (i64)H * N;             // and V side
-        const int c0 = part * CH;                         // the warp's first channel
+        constexpr int c0 = 0;                             // the warp's first channel
         // a tile's rows of one side, the warp's CH channels of each: NCH lanes copy one row's part
         // (16 bytes each, the row's slot by shuffle), RPI rows per instruction, coalesced; rows of
         // tokens past the end land as zeros (`vmask`: bit r = row r is a token).  The lane's source
         // is its side's row 0 plus slot·D (one wide multiply-add), its destination one shared base
-        // plus an immediate: run 75's profile found ≈ 7 address instructions per copy and the 16
+        // plus an immediate: a profile found ≈ 7 address instructions per copy and the 16
         // destinations of each side hoisted into registers (some spilled to local memory).
         const int rl = lane / NCH, cl = lane % NCH;  // the lane's row within an instruction, its piece
         const u16* ksrc = vals + kbase * D + c0 + 8 * cl;
@@ -279,13 +247,13 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
         }
 
         // ---- per query head, by the whole CTA: the query, and the Tier-A band norms
-        for (int idx = threadIdx.x; idx < G * D / 4; idx += 32 * W * NP)
+        for (int idx = threadIdx.x; idx < G * D / 4; idx += 32 * NP)
             reinterpret_cast<float4*>(&q_s[0][0])[idx] =
                 reinterpret_cast<const float4*>(q + ((i64)b * Hq + (i64)h * G) * D)[idx];
         __syncthreads();
         if (tier_a) {
             const int per = D / NB;
-            for (int idx = threadIdx.x; idx < G * NB; idx += 32 * W * NP) {
+            for (int idx = threadIdx.x; idx < G * NB; idx += 32 * NP) {
                 const int g = idx / NB, bb = idx % NB;
                 float acc2 = 0.0f;
                 for (int j = 0; j < per; ++j) {
@@ -297,10 +265,9 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
             __syncthreads();
         }
 
-        int par = 0;  // tile parity: the partial dot products' buffer (W = 2)
         for (i64 t0 = ta; t0 < tb; t0 += F16_TILE) {  // (no iteration when !run)
             const bool valid = sl >= 0;
-            const bool more = t0 + F16_TILE < tb;  // warp-uniform (W = 2: the same in both warps)
+            const bool more = t0 + F16_TILE < tb;  // warp-uniform
             // the next tile's slots (its page ids were read a tile ahead), and the page ids after it
             const i64 sln = slot_at(t0 + F16_TILE, pg);
             pg = page_of(t0 + 2 * F16_TILE);
@@ -311,66 +278,36 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
             cp_async_wait_group<1>();  // K(i) and its witness rows; V(i) may still be in flight
             __syncwarp();              // the lanes that copied this lane's row
             float dot[G];
-            if constexpr (F16_KPAIR) {
-                // two tokens a lane, half the channels each (lanes 0–15: the first half of tokens
-                // lane and lane + 16, lanes 16–31 the second half of the same two): a q broadcast
-                // serves two rows; then each lane trades the partial sum its partner needs
-                const int tA = lane & 15, hh = lane >> 4;
-                float dA[G], dB[G];
+            // two tokens a lane, half the channels each (lanes 0–15: the first half of tokens
+            // lane and lane + 16, lanes 16–31 the second half of the same two): a q broadcast
+            // serves two rows; then each lane trades the partial sum its partner needs
+            const int tA = lane & 15, hh = lane >> 4;
+            float dA[G], dB[G];
 #pragma unroll
-                for (int g = 0; g < G; ++g) dA[g] = dB[g] = 0.0f;
-                const u32* ra = &kt[tA][hh * (CH / 4)];
-                const u32* rb = &kt[tA + 16][hh * (CH / 4)];
+            for (int g = 0; g < G; ++g) dA[g] = dB[g] = 0.0f;
+            const u32* ra = &kt[tA][hh * (CH / 4)];
+            const u32* rb = &kt[tA + 16][hh * (CH / 4)];
 #pragma unroll (KU)
-                for (int k = 0; k < CH / 16; ++k) {
-                    const uint4 wa = *reinterpret_cast<const uint4*>(ra + 4 * k);
-                    const uint4 wb = *reinterpret_cast<const uint4*>(rb + 4 * k);
-                    float xa[8], xb[8];
-                    f16_x8(wa, xa);
-                    f16_x8(wb, xb);
-#pragma unroll
-                    for (int g = 0; g < G; ++g) {
-                        const float* qg = &q_s[g][c0 + hh * (CH / 2) + 8 * k];
-                        dA[g] = dot8(dA[g], qg, xa);
-                        dB[g] = dot8(dB[g], qg, xb);
-                    }
-                }
-                // lane t < 16 keeps its first half of token t and receives the second (lane t + 16's
-                // dA); lane t ≥ 16 keeps its second half of token t and receives the first (lane
-                // t − 16's dB): dot = half 0 + half 1 in both (fp32 addition commutes exactly)
+            for (int k = 0; k < CH / 16; ++k) {
+                const uint4 wa = *reinterpret_cast<const uint4*>(ra + 4 * k);
+                const uint4 wb = *reinterpret_cast<const uint4*>(rb + 4 * k);
+                float xa[8], xb[8];
+                f16_x8(wa, xa);
+                f16_x8(wb, xb);
 #pragma unroll
                 for (int g = 0; g < G; ++g) {
-                    const float give = hh ? dA[g] : dB[g], keep = hh ? dB[g] : dA[g];
-                    dot[g] = keep + __shfl_xor_sync(FULL, give, 16);
-                }
-            } else {
-#pragma unroll
-                for (int g = 0; g < G; ++g) dot[g] = 0.0f;
-                const u32* krow = &kt[lane][0];
-#pragma unroll (KU)
-                for (int k = 0; k < CH / 8; ++k) {
-                    const uint4 w = *reinterpret_cast<const uint4*>(krow + 4 * k);
-                    float x[8];
-                    f16_x8(w, x);
-#pragma unroll
-                    for (int g = 0; g < G; ++g) {
-                        dot[g] = dot8(dot[g], &q_s[g][c0 + 8 * k], x);
-                    }
+                    const float* qg = &q_s[g][c0 + hh * (CH / 2) + 8 * k];
+                    dA[g] = dot8(dA[g], qg, xa);
+                    dB[g] = dot8(dB[g], qg, xb);
                 }
             }
-            if constexpr (W == 2) {  // the halves meet: both warps hold dot(half 0) + dot(half 1)
-                float* mine = xd + ((par * W + warp) * G) * F16_TILE;
-                const float* other = xd + ((par * W + (warp ^ 1)) * G) * F16_TILE;
+            // lane t < 16 keeps its first half of token t and receives the second (lane t + 16's
+            // dA); lane t ≥ 16 keeps its second half of token t and receives the first (lane
+            // t − 16's dB): dot = half 0 + half 1 in both (fp32 addition commutes exactly)
 #pragma unroll
-                for (int g = 0; g < G; ++g) mine[g * F16_TILE + lane] = dot[g];
-                __syncthreads();  // (the other parity's buffer is free: both warps passed this
-                                  // barrier one tile ago, after reading it)
-#pragma unroll
-                for (int g = 0; g < G; ++g) {
-                    const float o = other[g * F16_TILE + lane];
-                    dot[g] = warp == 0 ? dot[g] + o : o + dot[g];  // the same sum in both warps
-                }
-                par ^= 1;
+            for (int g = 0; g < G; ++g) {
+                const float give = hh ? dA[g] : dB[g], keep = hh ? dB[g] : dA[g];
+                dot[g] = keep + __shfl_xor_sync(FULL, give, 16);
             }
             // c_t per head (the certifier): Σ_b a_b w_{t,b} in band order from the staged witness row
             float ct[G];
@@ -402,7 +339,6 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
             softmax_tile_steps<G>(lt, valid, m, scg, p);
 #pragma unroll
             for (int g = 0; g < G; ++g) ps[g] = p[g];
-            if (!F16_LANE_SUMS) warp_sums<G>(ps);  // the tile's sums, warp-uniform
 #pragma unroll
             for (int g = 0; g < G; ++g) {
                 l[g] = l[g] * scg[g] + ps[g];
@@ -469,13 +405,13 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
     (void)gamma_exact;
 #pragma unroll
     for (int g = 0; g < G; ++g) {
-        const float L = F16_LANE_SUMS ? warp_sum(l[g]) : l[g];
+        const float L = warp_sum(l[g]);
         const i64 o = ((i64)b * Hq + h * G + g) * num_splits + s;
         const bool dead = poisoned || ((hbad >> g) & 1);
         float r[CPL];
 #pragma unroll
         for (int j = 0; j < CPL; ++j) r[j] = dead ? NAN : (L == 0.0f ? 0.0f : acc[g][j] / L);
-        float* dst = &o_part[o * D + part * CH + CPL * lane];
+        float* dst = &o_part[o * D + CPL * lane];
         if constexpr (CPL == 4) {
             *reinterpret_cast<float4*>(dst) = make_float4(r[0], r[1], r[2], r[3]);
         } else {
@@ -487,7 +423,7 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
             if (lane == g)
                 store_split_stats(o, dead, L, m[g] * F16_LN2 + logf(L), INFINITY, INFINITY, INFINITY, lse_part,
                                   lam_part, cmax_part, gam_part);
-        } else if (!CERT && part == 0 && lane == g) {  // no certificate: λ = −inf, cmax 0 (as tier 0)
+        } else if (!CERT && lane == g) {  // no certificate: λ = −inf, cmax 0 (as tier 0)
             store_split_stats(o, dead, L, m[g] * F16_LN2 + logf(L), -INFINITY, 0.0f, 0.0f, lse_part, lam_part,
                               cmax_part, gam_part);
         }
@@ -495,20 +431,19 @@ __global__ void __launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CE
 }
 
 // An explicit instantiation (the offline compile checks in tests/test_cuda_compile.py).
-#define WC_F16_INST(G, W, C)                                                                                   \
-    template __global__ void decode_stage1_f16<G, W, C>(const float*, const u16*, const u16*, const int*,         \
-                                                        const int*, const int*, const int*, float*, float*, float*, \
-                                                        float*, float*, i64, int, int, int, int, int, int, int, int,  \
-                                                        float, float);
+#define WC_F16_INST(G, C)                                                                                      \
+    template __global__ void decode_stage1_f16<G, C>(const float*, const u16*, const u16*, const int*,            \
+                                                     const int*, const int*, const int*, float*, float*, float*,    \
+                                                     float*, float*, i64, int, int, int, int, int, int, int, int,     \
+                                                     float, float);
 #ifdef WITCERT_INSTANTIATE_ALL
-#define WC_F16_INST_W(G) \
-    WC_F16_INST(G, 1, false) WC_F16_INST(G, 1, true) WC_F16_INST(G, 2, false) WC_F16_INST(G, 2, true)
-WC_F16_INST_W(1)
-WC_F16_INST_W(2)
-WC_F16_INST_W(3)
-WC_F16_INST_W(4)
-WC_F16_INST_W(5)
-WC_F16_INST_W(6)
-WC_F16_INST_W(7)
-WC_F16_INST_W(8)
+#define WC_F16_INST_C(G) WC_F16_INST(G, false) WC_F16_INST(G, true)
+WC_F16_INST_C(1)
+WC_F16_INST_C(2)
+WC_F16_INST_C(3)
+WC_F16_INST_C(4)
+WC_F16_INST_C(5)
+WC_F16_INST_C(6)
+WC_F16_INST_C(7)
+WC_F16_INST_C(8)
 #endif

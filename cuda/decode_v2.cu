@@ -10,17 +10,17 @@
 // library's default layout — no outlier channels, 2^V2_PLAIN_GS_SHIFT channels per scale, no
 // Tier-A term in the step — as constants, so the outlier, Tier-A and other-group-size paths are
 // not in the code at all (the same operations in the same order as the general instantiation on
-// such a pool: the same bits).  Why (bench/NOTES.md, session 18): at B = 1 a third of stage 1's
-// warp samples waited for instruction fetch (run 126), and ≈ 2,150 never-run instructions sat
-// between the hot blocks; PLAIN is 33% less code at G = 7 and 4–8% faster at 32k (run 132).  A
+// such a pool: the same bits).  Why (docs/performance.md): at B = 1 a third of stage 1's
+// warp samples waited for instruction fetch, and ≈ 2,150 never-run instructions sat
+// between the hot blocks; PLAIN is 33% less code at G = 7 and 4–8% faster at 32k.  A
 // launch whose arguments do not match the layout poisons its split (NaN, no guarantee) rather
 // than computing without what it was given.
-// SPLIT (PLAIN only; the library's choice from B·Hkv >= 16, witcert_cupy/_cuda.py): the warps split
+// SPLIT (PLAIN only; the library's choice from B·Hkv >= 16, witcert_cupy/_cuda/): the warps split
 // each row's channels instead of the sides — warp w dequantizes channels [64w, 64w + 64) of both
 // the K and the V row of its token and takes the softmax and certificate of half the heads — so
-// that neither warp waits for the other (bench/NOTES.md, session 20: the K warp's phase A was the
+// that neither warp waits for the other (docs/performance.md: the K warp's phase A was the
 // step's critical path, and the V warp's not on it; 5–7.5% faster certified, 8–12% uncertified at
-// B >= 8, run 163).  Its dot products are blocked by chunk at every G; with those, the same bits as
+// B >= 8).  Its dot products are blocked by chunk at every G; with those, the same bits as
 // the general instantiation (V2_BLOCKED_DOT=1).  The sections below describe the sides' layout;
 // the split's own is at its loop.
 //   A. A tile's rows (128 code bytes and the fp16 scales per token) arrive by cp.async in a shared
@@ -34,10 +34,10 @@
 //                8 rows hit distinct banks), then its token's c_t for every head (Tier A from
 //                K's witness row, Tier B from K's scales, read from global memory).
 //   B. the V warp (lane = token): cmax and λ from c_t and the logits, at the start of its next
-//      phase A (V2_LAMBDA_LAG; after the last tile, once more), where the K warp's longer phase A
+//      phase A (after the last tile, once more), where the K warp's longer phase A
 //      hides it.
 //   C. thread t accumulates channels 2t, 2t + 1 of o for every head from V̂ and P.
-// Why (bench/NOTES.md, sessions 5–6): v2.3 staged K̂ in shared memory and read it back once per
+// Why (docs/performance.md): v2.3 staged K̂ in shared memory and read it back once per
 // head (≈ 1,150 shared wavefronts per tile, its largest cost after the arithmetic); here each K̂
 // element is used from registers by the G heads, every (token, head) is still computed once, and
 // the certificate rides on the warp that has slack (the K warp, with the dot products, sets the
@@ -61,55 +61,35 @@
 #define V2_PAD (V2_D + 4)
 #define V2_CPITCH (V2_D / 4 + 4)
 // chunks (one Philox call each) unrolled per K row and per V row: the Philox chains of an unrolled
-// pair interleave (ILP), at a register cost.  Measured (run 38, bench/decode_variants.py): two per
+// pair interleave (ILP), at a register cost.  Measured: two per
 // K row 1–2% faster at G = 4, one at G = 7 (where two also spill at 168 registers).  16-bit
 // dither at G = 5–7 (two Philox calls per chunk) takes one per K row: NVRTC 13.0 spills 4–8 bytes
-// at 168 registers otherwise.  One per V row (two until session 17): the same bits, 0.4–1.1%
-// faster at every 8-bit shape of run 127 (B = 1 to 32, G = 4 and 7; 2.3% at B = 1, 28/4, 4k,
+// at 168 registers otherwise.  One per V row (rather than two): the same bits, 0.4–1.1%
+// faster at every 8-bit shape measured (B = 1 to 32, G = 4 and 7; 2.3% at B = 1, 28/4, 4k,
 // where the smaller loop body also means fewer instruction-cache misses); two at G = 4, 24 bits,
-// where one spills 4 bytes under nvcc 13.0.  The macros override the defaults for
-// bench/decode_variants.py.
-#ifndef V2_KUNROLL
+// where one spills 4 bytes under nvcc 13.0.
 #define V2_KUNROLL ((G <= 6 && !(BITS == 16 && G >= 5)) ? 2 : 1)
-#endif
-#ifndef V2_VUNROLL
 #define V2_VUNROLL ((G == 4 && BITS == 24) ? 2 : 1)
-#endif
 // SPLIT's chunks unrolled per half row (four: the whole half), so that the Philox chains of the
-// four chunks interleave.  Measured (run 161, G = 7 and 4): 4.7–5.5% faster than one chunk at
+// four chunks interleave.  Measured (G = 7 and 4): 4.7–5.5% faster than one chunk at
 // B >= 8 (two chunks: 0.5–2.9%), 1–2% at B = 1.  Without spills at every G and resolution but
 // these at 24 bits, which take two chunks: G <= 3 (128 registers; nvcc 13.0), G = 5 (168; nvcc
-// 13.0 spilled 8 bytes with session 21's certificate) and G = 6 (168; NVRTC 13.0 spilled 4 bytes,
+// 13.0 spilled 8 bytes with the certificate) and G = 6 (168; NVRTC 13.0 spilled 4 bytes,
 // nvcc none).
-#ifndef V2_SPLIT_UNROLL
 #define V2_SPLIT_UNROLL (((G <= 3 || G == 5 || G == 6) && BITS == 24) ? 2 : 4)
-#endif
-// INT8 dot products blocked by 16-channel chunk up to G = 6 (run 48: the error of v2's logits
+// INT8 dot products blocked by 16-channel chunk up to G = 6 (the error of v2's logits
 // fell to the general kernel's, at no cost at G = 4; at G = 7 it cost 4–5%, so one chain there)
-#ifndef V2_BLOCKED_DOT
 #define V2_BLOCKED_DOT (G <= 6)
-#endif
-// λ's update for tile i by the V warp at the start of its phase A of tile i + 1 (1), where the K
-// warp's longer phase A hides it, or between the barrier and phase C of tile i (0), where both
-// warps wait for it.  The same operations in the same order either way; the logits go through a
-// second buffer so that the K warp's next ones do not overwrite them first.  (0 spills 4 bytes at
-// G = 6, 24-bit, under NVRTC 13.0 since c_t goes through shared memory.)
-#ifndef V2_LAMBDA_LAG
-#define V2_LAMBDA_LAG 1
-#endif
-// where SPLIT takes a tile's c_t and λ step: after the tile's phase C (1), or in the next tile's A1
-// after its K chunks (0, sessions 20–23).  The same operations in the same order either way (same
-// bits); 1 measured 1.5–2.1% faster certified at 24 bits and B >= 8, the same at 8 bits and at B = 1
-// (run 203, bench/NOTES.md session 24).
-#ifndef V2_SPLIT_LAMBDA_AT
-#define V2_SPLIT_LAMBDA_AT 1
-#endif
+// λ's update for tile i is made by the V warp at the start of its phase A of tile i + 1, where the
+// K warp's longer phase A hides it (between the barrier and phase C of tile i both warps waited for
+// it); the logits go through a second buffer so that the K warp's next ones do not overwrite them
+// first.  SPLIT takes a tile's c_t and λ step after the tile's phase C: 1.5–2.1% faster certified
+// at 24 bits and B >= 8 than in the next tile's A1, the same at 8 bits and at B = 1
+// (docs/performance.md).
 // heads whose epilogue reductions the V warp interleaves, level by level (four at G = 4, 24 bits
 // spill 4 bytes under NVRTC 13.0)
-#ifndef V2_EPI_HEADS
 #define V2_EPI_HEADS ((G == 4 && BITS == 24) ? 2 : 4)
-#endif
-// PLAIN's scale group: 32 channels (QuantConfig's default group_size; witcert_cupy/_cuda.py's
+// PLAIN's scale group: 32 channels (QuantConfig's default group_size; witcert_cupy/_cuda/'s
 // V2_PLAIN_GROUP_SIZE, checked to agree by tests/test_cuda_compile.py)
 #define V2_PLAIN_GS_SHIFT 5
 #define V2_LOG2E WC_LOG2E
@@ -175,7 +155,7 @@ __device__ __forceinline__ float v2_c_b(const float (&s1)[NGC], const float (&s2
     // sqrt.approx: within a few ulps, far inside C_EVAL_SLACK (as extend_tc; one instruction where
     // u2·rsqrt(u2) and its zero guard took four).  sqrt(0) = 0, and NaN (0·inf: a query group whose
     // Σq² overflows where the token's scale is 0) passes through, which the GUARD turns into +inf as
-    // sqrtf would; mapping it to 0 gave a finite c_t without u's other groups (session 15).
+    // sqrtf would; mapping it to 0 gave a finite c_t without u's other groups.
     float u;
     asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(u) : "f"(u2));
     const float c2 = u + be;
@@ -229,7 +209,7 @@ __device__ __forceinline__ void v2_token_c(const u16 (&ks)[8], bool valid, int N
 // 6–8): the largest count whose cap (65536 / (64·n) registers) ptxas meets without spilling —
 // 8 (128 registers) up to G = 3 and for fp16 rows up to G = 4, else 6 (168); INT8 at G = 8 needs
 // 180 (a bound of 5 still caps at 168 and spills), so 4, which still runs 5 per SM.  (7 at G = 4,
-// 128 registers with one chunk per K step, measured 12% slower: run 43, bench/NOTES.md.)
+// 128 registers with one chunk per K step, measured 12% slower: docs/performance.md.)
 __host__ __device__ constexpr int v2_min_blocks(int G, bool fp16) {
     return G <= 3 ? 8 : (fp16 ? (G <= 4 ? 8 : 6) : (G <= 7 ? 6 : 4));
 }
@@ -271,22 +251,22 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     __shared__ __align__(16) u32 ctile[SPLIT ? 1 : 2][V2_TILE][(FP16 || SPLIT) ? 4 : V2_CPITCH];
     __shared__ __align__(16) float P[G][V2_TILE];
     __shared__ float sc_s[G];   // this tile's rescale of o per head
-    __shared__ float LT[SPLIT ? 1 : 1 + V2_LAMBDA_LAG][SPLIT ? 1 : G][V2_TILE];  // the tile's logits (log2 units), for the V warp's λ
-    // V warp: a tile's c_t per lane until its λ step (V2_LAMBDA_LAG: at the next phase A), and in
+    __shared__ float LT[SPLIT ? 1 : 2][SPLIT ? 1 : G][V2_TILE];  // the tile's logits (log2 units), for the V warp's λ
+    // V warp: a tile's c_t per lane until its λ step (at the next phase A), and in
     // column G 1 where the lane's token is valid.  In registers (G + 1, carried over the loop's back
     // edge) they were live through the K warp's code too, since ptxas cannot see that a thread stays
-    // on its side; here the same bits ran 0–1.7% faster (run 110).  The pitch is odd, so the lanes'
+    // on its side; here the same bits ran 0–1.7% faster.  The pitch is odd, so the lanes'
     // stores of one column hit distinct banks.
     __shared__ float cbuf[SPLIT ? 1 : V2_TILE][(G + 1) | 1];
     __shared__ float st[G][5];  // per head at the end: m, l, m2, l2, cmax (all in log2 units)
-    // SPLIT (bench/NOTES.md, session 20): warp w's staged halves [w][side][token] of both sides'
+    // SPLIT (docs/performance.md): warp w's staged halves [w][side][token] of both sides'
     // rows; per head and token, the first warp's sum of q·k̂ over chunks 0–3 (xd) and the second
     // warp's chunk sums 4–7 (xp).  (All eight sums would cost 2.7 KB more, and a sixth CTA per SM.)
     __shared__ __align__(16) u32 ctb[SPLIT ? 2 * 2 * V2_TILE * V2_BPITCH : 4];
     __shared__ float xd[SPLIT ? G : 1][V2_TILE];
     __shared__ float xp[SPLIT ? G : 1][4][V2_TILE];
 
-    griddep_enter(GD_STAGE1_EARLY);  // before the first global access (griddep.cuh)
+    griddep_wait();  // before the first global access (griddep.cuh)
     const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int tid = threadIdx.x, side = tid >> 5, lane = tid & 31;
     const int Hq = H * G;
@@ -300,7 +280,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     }
     const int NG = D >> gs_shift, gs = 1 << gs_shift;  // scale groups (a power of two, >= 16)
     // the G query rows are requested first, so their round trip overlaps the page table's two
-    // dependent ones below instead of following them (run 123: the set-up took ≈ 5 µs at B = 1)
+    // dependent ones below instead of following them (the set-up took ≈ 5 µs at B = 1)
     constexpr int NQ = G * D / V2_THREADS;
     float qr[NQ];
 #pragma unroll
@@ -360,7 +340,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     // and the arithmetic below holds one chunk at a time.  Eight lanes copy one row's 128 code bytes
     // (lane & 7 = its 16-byte piece, the row's slot by shuffle): each instruction moves four whole
     // rows, coalesced in global memory and one wavefront per row in shared memory (a row per lane
-    // took 32 wavefronts per instruction: Nsight Compute, run 36).  Each lane copies its own row's
+    // took 32 wavefronts per instruction: Nsight Compute).  Each lane copies its own row's
     // scales.  Visibility: each thread's cp.async.wait_all, then a __syncwarp.  Warp-uniform calls.
     // SPLIT: warp w stages channels [64w, 64w + 64) of both sides' rows (four lanes a half row, eight
     // half rows an instruction) and its own token's scales of both sides, into its part of `ctb`.
@@ -498,8 +478,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         }
     };
     if constexpr (SPLIT) {
-    // ---- SPLIT: the two warps split each row's channels instead of the sides (bench/NOTES.md,
-    // session 20: the K warp's phase A was the step's critical path, the V warp's was not on it).
+    // ---- SPLIT: the two warps split each row's channels instead of the sides (docs/performance.md:
+    // the K warp's phase A was the step's critical path, the V warp's was not on it).
     // Per tile, warp w (lane = token):
     //   A1. chunks 4w .. 4w + 3 of the token's K row: for every head, the first warp's running
     //       sum of the chunk sums into xd, the second warp's chunk sums into xp;
@@ -507,7 +487,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     //   A2. chunks 4w .. 4w + 3 of the token's V row into V̂; then the warp's own heads (v2_heads_a):
     //       the logit as xd plus the four sums of xp in chunk order (the general path's blocked
     //       sum, bit for bit) and the tile's softmax; the next tile's half rows start loading;
-    //       c_t and λ's step wait until after phase C (V2_SPLIT_LAMBDA_AT);
+    //       c_t and λ's step wait until after phase C;
     //   — barrier —
     //   C. as the general path.
     // The next tile's A1 writes only xd and xp, read before the second barrier, and its A2's writes of
@@ -528,10 +508,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         v2_dequant<BITS>(cw, xw, sb, x);
     };
     // c_t (Tier B) and λ's step for the warp's heads of a valid token of a tile, from its logits and
-    // its K scales kept in registers: taken after the tile's phase C (V2_SPLIT_LAMBDA_AT = 1), off the
-    // barriers' path, or in the next tile's A1 among the K half's Philox chains and once more after
-    // the last tile (0; against the step between A2 and the barrier: B = 1, 28/4, 32k from 1.047× to
-    // 1.019×, runs 162–163).  The general path's operations, in the same token order (same bits).
+    // its K scales kept in registers: taken after the tile's phase C, off the barriers' path.  The general path's operations, in the same token order (same bits).
     float lag_lt[GA], lag_s1[4];
     bool lag_on = false;
     auto lambda_lagged = [&]() {
@@ -572,7 +549,6 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                 if (side) xp[g][k][lane] = part;
             }
         }
-        if (V2_SPLIT_LAMBDA_AT == 0 && lag_on) lambda_lagged();  // the previous tile's (certified, valid)
         if (!side)
 #pragma unroll
             for (int g = 0; g < G; ++g) xd[g][lane] = run[g];
@@ -606,7 +582,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                 P[glo + j][lane] = p[j];
                 if (lane == 0) sc_s[glo + j] = sc[j];
             }
-        lag_on = tier && valid;  // this tile's certificate inputs (V2_SPLIT_LAMBDA_AT)
+        lag_on = tier && valid;  // this tile's certificate inputs
 #pragma unroll
         for (int j = 0; j < GA; ++j) lag_lt[j] = lt[j];
 #pragma unroll
@@ -619,12 +595,11 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         pg = page_of(t0 + 2 * V2_TILE);
         __syncthreads();
         phase_c();
-        if (V2_SPLIT_LAMBDA_AT == 1 && lag_on) {  // this tile's
+        if (lag_on) {  // this tile's
             lambda_lagged();
             lag_on = false;
         }
     }
-    if (lag_on) lambda_lagged();  // (V2_SPLIT_LAMBDA_AT = 0) the last tile's
     } else {
     // V warp: cmax and λ's sum under its own running maximum for one token (a tile's c_t in cbuf,
     // in log2 units; its logits in LT[buf]): common.cuh's lambda_add_log2
@@ -633,7 +608,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         for (int g = 0; g < G; ++g) lambda_add_log2(cbuf[lane][g], LT[buf][g][lane], m2[g], l2[g], cmx[g]);
     };
     int par = 0;         // the tile's LT buffer
-    for (i64 t0 = ta; t0 < tb; t0 += V2_TILE, par ^= V2_LAMBDA_LAG) {
+    for (i64 t0 = ta; t0 < tb; t0 += V2_TILE, par ^= 1) {
         // ---- A: lane = token, warp = side; the thread's whole row.  A token past the split's end
         // reads slot 0 and is zeroed by a zero scale, so loads and arithmetic need no branch.
         const bool valid = sl >= 0;
@@ -679,8 +654,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
 #pragma unroll
                     for (int g = 0; g < G; ++g) {
                         // the chunk's 16 products are summed first, then added: a blocked sum, whose
-                        // rounding error grows with 16 + 8 terms instead of 128 (V2_BLOCKED_DOT=0: one
-                        // chain in channel order, for bench/decode_variants.py)
+                        // rounding error grows with 16 + 8 terms instead of 128 (at G = 7 one chain in
+                        // channel order: V2_BLOCKED_DOT)
                         float part = V2_BLOCKED_DOT ? 0.0f : dot[g];
 #pragma unroll
                         for (int e = 0; e < 16; e += 4) {
@@ -695,7 +670,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                 }
             }
             // ---- B (same warp, lane = token): logits and the tile's softmax; the certificate's
-            // c_t and λ are the V warp's (it has the slack: bench/NOTES.md session 6)
+            // c_t and λ are the V warp's (it has the slack: docs/performance.md)
             float lt[G], sc[G], p[G];
             tile_logits<G>(dot, sm2, valid, lt, hbad);  // ℓ̃ in log2 units
             softmax_tile_steps<G>(lt, valid, m, sc, p);
@@ -707,10 +682,10 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                 if (lane == 0) sc_s[g] = sc[g];
             }
         } else {
-            // V: the previous tile's λ step (V2_LAMBDA_LAG), the token's certificate inputs (K's
+            // V: the previous tile's λ step, the token's certificate inputs (K's
             // scales of this row: loads in flight through the dequantization), then the
             // dequantized V row into the shared tile
-            if (V2_LAMBDA_LAG && tier && t0 > ta && cbuf[lane][G] != 0.0f) lambda_step(par ^ 1);
+            if (tier && t0 > ta && cbuf[lane][G] != 0.0f) lambda_step(par ^ 1);
             const i64 rowK = row - (i64)H * N;  // the same slot on the K side
             u16 ks[8];
 #pragma unroll
@@ -759,21 +734,19 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         __syncthreads();
 
         // ---- the certificate (V warp, lane = token), unless it waits for the next phase A
-        if (!V2_LAMBDA_LAG && side == 1 && tier && valid) lambda_step(0);
 
         phase_c();
         __syncthreads();
     }
     // the last tile's λ step (its logits are visible: the loop's last barrier)
-    if (V2_LAMBDA_LAG && side == 1 && tier && cbuf[lane][G] != 0.0f) lambda_step(par ^ 1);
+    if (side == 1 && tier && cbuf[lane][G] != 0.0f) lambda_step(par ^ 1);
     }  // (the general path)
     }
-    griddep_late(GD_STAGE1_EARLY);
 
     // ---- outputs: the heads' statistics reduced over the K warp's lanes and passed through shared
     // memory, then o, lse, λ, cmax
     // (every head's butterfly one level at a time, so the heads' shuffles overlap: the same sums
-    // and maxima as warp_sum and warp_max per head; run 124: head after head took 1.1–1.6 µs at B = 1)
+    // and maxima as warp_sum and warp_max per head; head after head took 1.1–1.6 µs at B = 1)
     if constexpr (SPLIT) {  // each warp its own heads' (the general path's operations, head by head)
         warp_sums<GA>(bl);
         float M2[GA];

@@ -34,7 +34,7 @@
 // kv head into a workspace of tile images; stage 1's producer warpgroups bring tile i + 2 in by one
 // bulk copy while the rows compute, buffers handed over by named barriers (full / empty), with
 // setmaxnreg moving registers to the rows (48 / 208).  (Every CTA dequantizing its own copy of each
-// tile, as the mma.sync path does, cost 14% at 2048 × 30k: bench/NOTES.md, session 22.)
+// tile, as the mma.sync path does, cost 14% at 2048 × 30k: docs/performance.md.)
 // mma.sync path (block 256): every thread dequantizes the next tile while P·V̂ runs; one CTA
 // barrier per tile.  Shared memory 192 KB (dynamic); 1 CTA per SM.
 // Never reads out of bounds: page ids outside the pool, an inconsistent kv_indptr, a bad last-page
@@ -57,14 +57,11 @@
 #ifndef XT_WGMMA
 #define XT_WGMMA 0  // 1 (sm_90a only): the logits and P·V̂ by warpgroup mma (wgmma), else by mma.sync
 #endif
-#ifndef XT_FASTPATH
-#define XT_FASTPATH 1  // 0: every tile through the masked instance (bench/extend.py --variant)
-#endif
 #define XT_ROWS (16 * XT_WARPS)  // query rows per CTA: 16 per warp
 #define XT_CONSUMER_THREADS (32 * XT_WARPS)
 // wgmma path: two producer warpgroups bring the tiles in (one thread's bulk copy; the 512 threads
 // keep the setmaxnreg budget below) while the two warpgroups of the rows
-// compute (4 producer warps dequantizing both sides measured 8% slower, session 10); the launch
+// compute (4 producer warps dequantizing both sides measured 8% slower); the launch
 // layer reads this number from here
 #define XT_PRODUCER_WARPS 8
 #define XT_THREADS (XT_CONSUMER_THREADS + 32 * XT_PRODUCER_WARPS * XT_WGMMA)
@@ -104,7 +101,7 @@ struct XtShared {
     u32 stg_sc[2][XT_TILE][2];  // their scales: each half-row's two groups (4 bytes)
     u64 tile_tx[2];                // wgmma path: buffer b's bulk copy completes on mbarrier b
 };
-// the launch layer reads this number from here (witcert_cupy/_cuda_extend.py): 8 warps, 128 rows
+// the launch layer reads this number from here (witcert_cupy/_cuda/extend.py): 8 warps, 128 rows
 #define XT_SMEM_BYTES 196624
 static_assert(sizeof(XtShared) == XT_SMEM_BYTES, "XT_SMEM_BYTES must be sizeof(XtShared)");
 // dequantization items (side, token, half-row): 2 sides × 64 tokens × 2 halves, one per thread of the
@@ -299,7 +296,7 @@ static_assert(sizeof(XtTile) == XT_IMAGE_BYTES && XT_IMAGE_BYTES % 16 == 0,
               "a tile image is an XtTile, moved as 16-byte pieces and by one bulk copy");
 
 // 8 warps: 128 rows, 1 CTA per SM.  (4 warps, 2 CTAs per SM, measured 13% slower: each
-// dequantized tile then serves half the rows; bench/NOTES.md.)
+// dequantized tile then serves half the rows; docs/performance.md.)
 template <int G>
 __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
@@ -464,7 +461,7 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
     // ---- the producers (warpgroups 2 and 3): tile i into buffer i & 1 once the rows have released
     // it (after tile i − 2), as one bulk copy of the tile image that extend_tc_dequant built (each
     // request's tiles dequantized once per call, where every CTA of a kv head dequantizing its own
-    // copy cost 1.2 ms of 6.9 at 2048 × 30k: bench/NOTES.md, session 22).  One thread issues the
+    // copy cost 1.2 ms of 6.9 at 2048 × 30k: docs/performance.md).  One thread issues the
     // copy and waits for its bytes; the others hand the buffer over at once (the full barrier still
     // waits for that thread).  A bad page id or non-finite scale below tb in the tile poisons the
     // split, as the in-kernel dequantization does.  Their registers go to the rows.
@@ -675,7 +672,7 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
         const int rl[2] = {sh.rowlen[wr0 + grp], sh.rowlen[wr0 + grp + 8]};
         const i64 lim[2] = {min(tb, (i64)rl[0]), min(tb, (i64)rl[1])};
         // rows without a query (rl = 0) never store, so they do not hold the warp on the masked path
-        const bool full = XT_FASTPATH && __all_sync(0xffffffffu, (rl[0] == 0 || t0 + XT_TILE <= lim[0]) &&
+        const bool full = __all_sync(0xffffffffu, (rl[0] == 0 || t0 + XT_TILE <= lim[0]) &&
                                                                       (rl[1] == 0 || t0 + XT_TILE <= lim[1]));
         u32 pa[4][4];  // P in fp16, the A fragments of the four k16 steps of P·V̂
         // called with a constant: each call site is inlined and folds MASK (no generic lambda: NVRTC

@@ -18,7 +18,7 @@
 
 #define WC_MAX_D 256
 
-// Input dtypes of write_rows (witcert_cupy/_cuda.py: INPUT_DTYPES).
+// Input dtypes of write_rows (witcert_cupy/_cuda/: INPUT_DTYPES).
 #define IN_F16 0
 #define IN_F32 1
 #define IN_BF16 2
@@ -64,7 +64,7 @@ __device__ __forceinline__ float row_xi(int c, u32 slot, int side, int layer, in
 // (16 and 24 bits: two and four calls, whose words would not fit twice; with a witness the band
 // sums, one lane each, would be shared by half the lanes).  Why 32: the kernel is issue-bound and a
 // row's fixed work (indices, bounds, scale, reciprocal, reductions) is shared by twice the channels
-// (bench/NOTES.md).  The GPU requires group_size % 16 == 0 (_cuda.check_gpu_config): a thread
+// (docs/performance.md).  The GPU requires group_size % 16 == 0 (_cuda.check_gpu_config): a thread
 // holds one or two whole scale groups, or a group spans whole threads.
 #define WR_LOAD 16  // channels per load_f16x16
 #define WR_THREADS 256
@@ -330,7 +330,7 @@ __host__ __device__ constexpr int wr_min_blocks(int bits, int cpt) {
                                       plane_layer, side0, nsides, gs_shift, NP2, NB, bypass_ch, band_ch, k0, k1, \
                                       codes, scales, outl, wit, exact, counters);                         \
     }
-// every entry of one head dim; the launch layer (witcert_cupy/_cuda.py: write_kernel) picks c32 at
+// every entry of one head dim; the launch layer (witcert_cupy/_cuda/: write_kernel) picks c32 at
 // 8 bits without a witness
 #define WC_WRITE_ENTRIES(D) \
     WC_WRITE_ENTRY(D, 8, 32) WC_WRITE_ENTRY(D, 8, 16) WC_WRITE_ENTRY(D, 16, 16) WC_WRITE_ENTRY(D, 24, 16)

@@ -148,8 +148,8 @@ class CachedLlama:
         if cache == "int8":
             self.pool = wc.KVPool(L, Hkv, hd, npg, page_size, wc.QuantConfig(hd, witness_bands=16), backend=backend,
                                   keep_exact=gate, exact_tier_pages=L * Hkv * npg if gate else 0)
-            self.cert = wc.CertConfig(tier="AB", num_layers=L, steps=steps)
-            self.telemetry = wc.Telemetry(L, cfg.num_attention_heads, tau, backend=backend)
+            self.cert = wc.CertConfig(tier="AB", num_layers=L, steps=steps, tau=tau)
+            self.telemetry = wc.Telemetry(L, cfg.num_attention_heads, self.cert, backend=backend)
         elif cache == "fp16":
             self.pool = wc.Fp16Pool(L, Hkv, hd, npg, page_size, backend=backend)
             self.cert = self.telemetry = None
@@ -189,7 +189,7 @@ class CachedLlama:
                                         kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll, cert=self.cert)
             elif self.gate:
                 r, rep = wc.gated_decode(q, self.pool, layer=layer, kv_indptr=ip, kv_indices=ix,
-                                         kv_last_page_len=ll, cert=self.cert, tau=self.tau)
+                                         kv_last_page_len=ll, cert=self.cert)
                 self.pages_repaired += rep.pages_repaired
             else:
                 r = wc.decode_attention(q, self.pool, layer=layer, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll,

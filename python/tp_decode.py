@@ -55,7 +55,7 @@ def worker(rank, world, uid, a, out_dir, queue):
     cfg = wc.QuantConfig(d, witness_bands=16, seed=2026)
     pool = wc.KVPool(a.layers, nh, d, a.batch * npg, page, cfg, backend="cuda", kv_head_offset=off)
     cert = wc.CertConfig(tier="AB", num_layers=a.layers, steps=a.steps, num_q_heads=Hq)
-    tel = wc.Telemetry(a.layers, nh * G, 0.2, backend="cuda")
+    tel = wc.Telemetry(a.layers, nh * G, cert, backend="cuda")
     # the prompt, written in chunks per (layer, request)
     chunk = 4096
     for layer in range(a.layers):
@@ -198,8 +198,8 @@ def main():
             row["matches_single_gpu"] = check(w, ranks, a, out_dir)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    path = out_dir / f"tp-decode-{datetime.date.today().isoformat()}.json"
-    path.write_text(json.dumps({"command": " ".join(sys.argv), "gpus_available": have, "skipped_worlds": skipped,
+    path = out_dir / "tp-decode.json"
+    path.write_text(json.dumps({"date": datetime.date.today().isoformat(), "command": " ".join(sys.argv), "gpus_available": have, "skipped_worlds": skipped,
                                 "rows": rows}, indent=1))
     print("wrote", path)
 

@@ -13,7 +13,6 @@ import cupy as cp
 import numpy as np
 
 import witcert_cupy as wc
-from witcert_cupy import _cuda
 
 cp.cuda.set_allocator(None)
 cp.cuda.set_pinned_memory_allocator(None)
@@ -33,7 +32,6 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
     n_good = n_bad = 0
     for it in range(iters):
         pool = pools[it % len(pools)]
-        _cuda.F16_WARPS = 1 + (it // len(pools)) % 2  # fp16 stores: both CTA shapes of decode_stage1_f16
         cert = wc.CertConfig(tier="A" if isinstance(pool, wc.Fp16Pool) else "AB")
         # writes with arbitrary slots: out-of-range ones must be dropped, not written
         n = int(rng.integers(1, 40))
@@ -86,8 +84,8 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
 def extend_fuzz(rng, iters):
     """The tensor-core extend kernel launched directly (no host validation) on garbage tables, through
     both of its paths (warpgroup mma where the GPU has it, and mma.sync)."""
-    from witcert_cupy import _cuda_extend
-    from witcert_cupy._cuda_extend import ExtendPlan
+    from witcert_cupy._cuda import extend as _cuda_extend
+    from witcert_cupy._cuda.extend import ExtendPlan
 
     pool = wc.KVPool(1, 2, 128, 40, 16, wc.QuantConfig(128), backend="cuda")
     x = cp.asarray(rng.standard_normal((pool.num_slots, 2, 128)).astype(np.float32))

@@ -40,7 +40,7 @@ def _decode(pool, table, q, cert, layer=0, **kw):
 def test_cells_past_the_declared_steps_are_infinite_and_counted(backend):
     pool, table, q = _setup(backend)
     cert = wc.CertConfig(tier="B", steps=2)
-    tel = wc.Telemetry(1, 8, cert.tau, backend=backend)
+    tel = wc.Telemetry(1, 8, cert, backend=backend)
     r = [_decode(pool, table, q, cert, telemetry=tel) for _ in range(3)]
     for res in r[:2]:
         assert np.all(np.isfinite(H(res.risk)))
@@ -108,12 +108,12 @@ def test_the_gates_rounds_spend_one_step(backend):
     q[:, ::2, 5] *= 12.0
     res, rep = wc.gated_decode(xp.asarray(q), pool, layer=0, kv_indptr=xp.asarray(indptr),
                                kv_indices=xp.asarray(indices), kv_last_page_len=xp.asarray(last),
-                               cert=wc.CertConfig(tier="AB", steps=1), tau=0.2)
+                               cert=wc.CertConfig(tier="AB", steps=1, tau=0.2))
     assert rep.rounds >= 1 and np.all(np.isfinite(H(res.risk)))
     assert pool.ledger.spent([0]).tolist() == [8]
     res, rep = wc.gated_decode(xp.asarray(q), pool, layer=0, kv_indptr=xp.asarray(indptr),
                                kv_indices=xp.asarray(indices), kv_last_page_len=xp.asarray(last),
-                               cert=wc.CertConfig(tier="AB", steps=1), tau=0.2)
+                               cert=wc.CertConfig(tier="AB", steps=1, tau=0.2))
     assert np.all(np.isinf(H(res.risk))) and rep.over_threshold.all()
 
 

@@ -135,3 +135,10 @@ def test_report_without_matplotlib_names_the_extra(tmp_path):
                          capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 2 and "witcert_cupy[plot]" in out.stderr, out.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_a_flag_prefix_is_not_taken_for_another_flag():
+    """``--out`` is no flag of ``demo``: argparse's prefix matching once read it as ``--outlier-pairs``
+    and reported a bad integer; now it is an unknown argument."""
+    out = _cli("demo", "--out", "x")
+    assert out.returncode == 2 and "unrecognized arguments: --out" in out.stderr, out.stderr

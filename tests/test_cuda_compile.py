@@ -53,11 +53,10 @@ def test_compiles_for_sm90_without_spills_or_warnings(name, tmp_path):
                 for plain, split in (((0, 0), (1, 0), (1, 1)) if bits else ((0, 0),)):
                     name = f"decode_stage1_v2ILi{g}ELi{bits}ELb{plain}ELb{split}EE"
                     assert any(name in e for e in entries), (g, bits, plain, split)
-    if name == "decode_f16.cu":  # (G, warps, certified)
+    if name == "decode_f16.cu":  # (G, certified)
         for g in range(1, 9):
-            for w in (1, 2):
-                for c in (0, 1):
-                    assert any(f"decode_stage1_f16ILi{g}ELi{w}ELb{c}EEv" in e for e in entries), (g, w, c)
+            for c in (0, 1):
+                assert any(f"decode_stage1_f16ILi{g}ELb{c}EEv" in e for e in entries), (g, c)
     if name == "extend_tc.cu":
         for g in range(1, 9):
             assert any(f"extend_tc_stage1ILi{g}EEv" in e for e in entries), g
@@ -66,7 +65,7 @@ def test_compiles_for_sm90_without_spills_or_warnings(name, tmp_path):
 
 def test_extend_wgmma_path_compiles_for_sm90a_without_spills_or_warnings(tmp_path):
     """The extend kernel's warpgroup-mma path (XT_WGMMA=1) needs the sm_90a target."""
-    from witcert_cupy import _cuda_extend
+    from witcert_cupy._cuda import extend as _cuda_extend
 
     cmd = [NVCC, "--cubin", "-gencode=arch=compute_90a,code=sm_90a", "-ftz=true", "-Xptxas", "-v", "-Werror",
            "all-warnings", *_cuda.options(), *_cuda_extend.kernel_options(True)[1:], "-DWITCERT_INSTANTIATE_ALL",
@@ -88,24 +87,6 @@ def test_extend_wgmma_path_compiles_for_sm90a_without_spills_or_warnings(tmp_pat
     bad = subprocess.run([c if c != "-gencode=arch=compute_90a,code=sm_90a" else "-arch=sm_90" for c in cmd],
                          capture_output=True, text=True, timeout=900)
     assert bad.returncode != 0 and "wgmma" in (bad.stdout + bad.stderr)
-
-
-def test_floor_ladder_wgmma_level_compiles_for_sm90a_without_spills_or_warnings(tmp_path):
-    """The floor ladder's T5 level (bench_floor.cu with BF_WGMMA=1, as bench/decode_floor.py builds it)
-    needs the sm_90a target; ptxas must not serialize its warpgroup mma."""
-    src = (Path(__file__).resolve().parents[1] / "bench" / "decode_floor.py").read_text()
-    assert '"-arch=sm_90a", "-DBF_WGMMA=1"' in src  # the options this test compiles with
-    cmd = [NVCC, "--cubin", "-gencode=arch=compute_90a,code=sm_90a", "-ftz=true", "-Xptxas", "-v", "-Werror",
-           "all-warnings", *_cuda.options(), "-DBF_WGMMA=1", "-I", str(_cuda.kernel_dir()),
-           str(_cuda.kernel_dir() / "bench_floor.cu"), "-o", str(tmp_path / "k.cubin")]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    log = out.stdout + out.stderr
-    assert out.returncode == 0, log
-    assert "warning" not in log.lower() and "performance loss" not in log.lower(), log
-    entries = re.findall(r"Compiling entry function '([^']+)'", log)
-    spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    assert "bench_floor_tc_t5" in entries and len(spills) >= len(entries), log
-    assert not [s for s in spills if any(int(v) for v in s)], spills
 
 
 def test_inlined_source_is_self_contained(tmp_path):
@@ -142,12 +123,11 @@ def test_launch_layer_block_size_is_the_kernel_s():
     assert int(re.search(r"#define V2_TILE (\d+)", src).group(1)) == _cuda.V2_TILE
     assert 1 << int(re.search(r"#define V2_PLAIN_GS_SHIFT (\d+)", src).group(1)) == _cuda.V2_PLAIN_GROUP_SIZE
     src = (_cuda.kernel_dir() / "decode_f16.cu").read_text()
-    assert "__launch_bounds__(32 * W * f16_pipes(W), f16_min_blocks(G, W, CERT)) decode_stage1_f16(" in src
+    assert "__launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_stage1_f16(" in src
     geom = (_cuda.kernel_dir() / "decode_f16_geometry.cuh").read_text()
     assert int(re.search(r"#define F16_PIPES (\d+)", geom).group(1)) == _cuda.F16_PIPES
-    assert _cuda.F16_WARPS in (1, 2)
     # the extend: 8 row warps, and the two producer warpgroups on the wgmma path
-    from witcert_cupy import _cuda_extend
+    from witcert_cupy._cuda import extend as _cuda_extend
 
     src = (_cuda.kernel_dir() / "extend_tc.cu").read_text()
     assert "#define XT_THREADS (XT_CONSUMER_THREADS + 32 * XT_PRODUCER_WARPS * XT_WGMMA)" in src
@@ -159,7 +139,7 @@ def test_launch_layer_block_size_is_the_kernel_s():
 
 def test_f16_launch_geometry_is_the_kernel_s(tmp_path):
     """decode_stage1_f16's splits per CTA and dynamic shared memory as the launch layer computes them
-    (witcert_cupy/_cuda.py) equal the kernel source's constexpr helpers, run on the host; and every
+    (witcert_cupy/_cuda/) equal the kernel source's constexpr helpers, run on the host; and every
     CTA fits what an sm_90 SM gives (227 KB a CTA, 228 KB an SM with 1 KB kept per CTA) at the
     CTAs per SM its register bound is set for."""
     exe = tmp_path / "geom"
@@ -168,12 +148,12 @@ def test_f16_launch_geometry_is_the_kernel_s(tmp_path):
                           str(exe)], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     lines = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout.strip().split("\n")
-    assert len(lines) == 8 * 2 * 4 * 2
+    assert len(lines) == 8 * 4 * 2
     for line in lines:
-        (G, W, NB, a), (pipes, smem, min_plain, min_cert) = (list(map(int, x.split())) for x in line.split("->"))
-        assert (pipes, smem) == (_cuda.f16_pipes(W), _cuda.f16_smem_bytes(G, NB, a, warps=W)), line
+        (G, NB, a), (pipes, smem, min_plain, min_cert) = (list(map(int, x.split())) for x in line.split("->"))
+        assert (pipes, smem) == (_cuda.f16_pipes(), _cuda.f16_smem_bytes(G, NB, a)), line
         assert smem <= 227 * 1024, line
-        if W == 1 and not a:  # the uncertified one-warp pipelines: 12 warps per SM
+        if not a:  # the uncertified one-warp pipelines: 12 warps per SM
             assert min_plain * (smem + 1024) <= 228 * 1024 and min_plain * pipes == 12, line
 
 
@@ -188,7 +168,7 @@ def test_compiles_with_nvrtc_as_cupy_does(name):
     """NVRTC, with CuPy's own additions (-arch, -ftz=true) and our options, on the inlined source,
     every instantiation: no warnings, no stack frames or spills.  NVRTC is what CuPy builds with,
     and its ptxas is not nvcc's: nvcc 13.0 found no spills in the kernels where NVRTC 13.0.88 (and
-    the device, run 75) found 8–40 bytes (bench/NOTES.md, session 11)."""
+    the device) found 8–40 bytes (docs/performance.md)."""
     from nvrtc import compile_nvrtc, find_nvrtc
 
     if find_nvrtc() is None:
@@ -200,7 +180,7 @@ def test_compiles_with_nvrtc_as_cupy_does(name):
     assert "warning" not in log.lower(), log
     _entries_without_local_memory(log)
     if name == "extend_tc.cu":  # the wgmma path as the launch layer builds it: its -arch beside CuPy's
-        from witcert_cupy import _cuda_extend
+        from witcert_cupy._cuda import extend as _cuda_extend
 
         ok, log = compile_nvrtc(src, name, [*_cuda.options(), *_cuda_extend.kernel_options(True), "-arch=sm_90",
                                             "-ftz=true", "--ptxas-options=-v", "-DWITCERT_INSTANTIATE_ALL"])
@@ -216,7 +196,7 @@ def test_kernels_found_in_the_wheel_layout(tmp_path):
     import subprocess
     import sys
 
-    pkg = Path(_cuda.__file__).resolve().parent
+    pkg = Path(_cuda.__file__).resolve().parents[1]  # the package (_cuda is a subpackage)
     shutil.copytree(pkg, tmp_path / "witcert_cupy", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(_cuda.kernel_dir(), tmp_path / "witcert_cupy" / "cuda")
     out = subprocess.run([sys.executable, "-c", "from witcert_cupy import _cuda; print(_cuda.kernel_dir())"],

@@ -168,16 +168,16 @@ def test_sm_scale_and_no_cert():
 def test_gpu_default_split_count_fills_one_wave_of_resident_ctas():
     """The GPU launch layer's default split count (host arithmetic only, run here without a GPU):
     one wave of the stage-1 kernel's resident CTAs over batch × kv heads, at most 64 splits (the
-    measured best at batch 1 in bench/NOTES.md session 6), at least 1, never more than the pool's
+    measured best at batch 1 in docs/performance.md), at least 1, never more than the pool's
     pages; the fp16 kernel's rule (up to 128 splits of at least 64 tokens) and the INT8 kernel's
-    (beyond 64 splits at small batch, session 14)."""
+    (beyond 64 splits at small batch)."""
     import types
 
     from witcert_cupy import _cuda
 
     def device(hkv, sms=132, pages=1 << 20):  # the attributes the split rules read
         dev = types.SimpleNamespace(num_sms=sms, pool=types.SimpleNamespace(num_kv_heads=hkv, num_pages=pages))
-        dev.default_num_splits = types.MethodType(_cuda._DeviceBase.default_num_splits, dev)
+        dev.default_num_splits = types.MethodType(_cuda.device._DeviceBase.default_num_splits, dev)
         return dev
 
     def splits(batch, hkv, ctas, sms=132, pages=1 << 20):
@@ -194,16 +194,16 @@ def test_gpu_default_split_count_fills_one_wave_of_resident_ctas():
     def f16_splits(batch, hkv, tokens, ctas=10, sms=132):
         return device(hkv, sms).default_num_splits(batch, ctas, max_splits=128, tokens=tokens)
 
-    # the one-warp fp16 kernel's rule (run 56): up to 128 splits, each of at least 64 tokens
+    # the one-warp fp16 kernel's rule: up to 128 splits, each of at least 64 tokens
     assert f16_splits(1, 4, 32768) == 128 and f16_splits(1, 8, 32768) == 128
     assert f16_splits(1, 4, 4096) == 64 and f16_splits(1, 8, 4096) == 64
     assert f16_splits(8, 4, 32768) == 41  # one wave: 1320 // 32
     assert f16_splits(1, 8, 40) == 1  # a short request: one split
 
     def v2_splits(batch, hkv, tokens, ctas=6, sms=132, pages=1 << 20):
-        return _cuda._DeviceBase.v2_num_splits(device(hkv, sms, pages), batch, ctas, tokens)
+        return _cuda.device._DeviceBase.v2_num_splits(device(hkv, sms, pages), batch, ctas, tokens)
 
-    # the INT8 kernel's rule (runs 98–102, 127): the 64-split rule, or where 64 splits leave most of
+    # the INT8 kernel's rule: the 64-split rule, or where 64 splits leave most of
     # one wave empty, up to 128 within one wave: 4 CTAs per SM (in steps of 64 splits) for splits of
     # at least one 32-token tile, the whole wave for splits of at least 512 tokens
     assert v2_splits(1, 4, 32768) == 128 and v2_splits(1, 4, 131072) == 128 and v2_splits(1, 2, 32768) == 128

@@ -261,7 +261,7 @@ def test_tc_extend_wgmma_and_mma_sync_paths_agree(G, monkeypatch):
     """The two tensor-core paths of cuda/extend_tc.cu (warpgroup mma on sm_90, mma.sync elsewhere)
     read the same shared tiles and meet every rule against the references; their logits differ only
     in the tensor cores' fp32 accumulation order."""
-    from witcert_cupy import _cuda_extend
+    from witcert_cupy._cuda import extend as _cuda_extend
 
     rng = np.random.default_rng(40 + G)
     H = 2
@@ -364,8 +364,8 @@ def test_tc_prepass_images_hold_the_dequantized_tiles():
     dequantization builds: K as its exact code and −ξ, with fl32(s·(code − ξ)) the pool's x̂ bit for
     bit; V̂ = fl16(x̂); the scales and c_t's operands.  Tokens past the request and on a page id
     outside the pool are zeros, and only the latter have their bit in bad_tokens."""
-    from witcert_cupy import _cuda_extend
-    from witcert_cupy._cuda_extend import IMAGE_BYTES, ExtendPlan
+    from witcert_cupy._cuda import extend as _cuda_extend
+    from witcert_cupy._cuda.extend import IMAGE_BYTES, ExtendPlan
 
     _, gpu = pools(30, 2)
     if not _cuda_extend.uses_wgmma(gpu._dev):

@@ -1,9 +1,9 @@
 """CI (no GPU): the named-barrier protocol of the extend kernel's wgmma path (``cuda/extend_tc.cu``),
-and the profile summary of its session-10 tuning (``bench/ncu_sass_summary.py``).
+and the profile summary of its tuning (``bench/lab/ncu_sass_summary.py``).
 
 Two producer warpgroups (K and V) dequantize tile i into shared buffer i & 1 and the two warpgroups
 of the rows read it; named barriers hand each buffer over (full: the producers arrive, the rows
-wait; empty: the other way round).  A mistake there hangs the GPU for the whole device call (run 72
+wait; empty: the other way round).  A mistake there hangs the GPU for the whole device call
 lost 590 s to a thread count), so it is checked here, on a model of PTX named barriers: ``bar.sync
 id, n`` waits until n threads have arrived at barrier id, ``bar.arrive`` counts without waiting, and
 the barrier starts over once n have arrived.  The model runs the kernel's sequence of barrier
@@ -17,7 +17,8 @@ import re
 import numpy as np
 import pytest
 
-from witcert_cupy import _cuda, _cuda_extend
+from witcert_cupy import _cuda
+from witcert_cupy._cuda import extend as _cuda_extend
 
 SRC = (_cuda.kernel_dir() / "extend_tc.cu").read_text()
 WG = 128  # threads per warpgroup
@@ -127,7 +128,7 @@ def test_protocol_never_hangs_and_orders_every_tile(n):
 
 
 def test_the_model_catches_the_mistakes_it_is_for():
-    """Negative controls: a thread count that leaves a side out (run 72's hang, seen from the other
+    """Negative controls: a thread count that leaves a side out (a hang, seen from the other
     side: 384 with both producer warpgroups at every barrier), a count that waits for threads that
     never come, an empty-barrier arrival nobody waits for, and a buffer released before it is read."""
     outcomes = {_run(4, 384, seed)[0] for seed in range(50)}
@@ -141,13 +142,13 @@ def test_the_model_catches_the_mistakes_it_is_for():
 
 
 def test_sass_summary_splits_the_roles(tmp_path, capsys):
-    """bench/ncu_sass_summary.py (the session-10 profiles) attributes samples to setup, rows and
+    """bench/lab/ncu_sass_summary.py (the extend kernel's profiles) attributes samples to setup, rows and
     producers at the setmaxnreg instructions."""
     import csv
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "bench" / "ncu_sass_summary.py"
+    path = Path(__file__).resolve().parent.parent / "bench" / "lab" / "ncu_sass_summary.py"
     spec = importlib.util.spec_from_file_location("ncu_sass_summary", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -176,14 +177,14 @@ def test_sass_summary_splits_the_roles(tmp_path, capsys):
 
 
 def test_cert_diff_counts_what_the_certified_launch_adds(tmp_path, capsys):
-    """bench/ncu_cert_diff.py (session 21's profiles): per opcode, what the first launch of an export
+    """bench/lab/ncu_cert_diff.py (the profiles): per opcode, what the first launch of an export
     (certificate on) executes beyond the second (off), per tile, and the addresses whose counts differ;
     two launches of different kernels are refused."""
     import csv
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "bench" / "ncu_cert_diff.py"
+    path = Path(__file__).resolve().parent.parent / "bench" / "lab" / "ncu_cert_diff.py"
     spec = importlib.util.spec_from_file_location("ncu_cert_diff", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

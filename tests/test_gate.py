@@ -1,6 +1,8 @@
 """SPEC §6–7: per-page contributions, the exact tier and gated repair — one body per test, run on
 the CPU backend (CI) and on the GPU (``-m gpu``, the H200), CuPy-style."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -44,8 +46,9 @@ def gate(pool, table, q, **kw):
     """gated_decode with the arrays on the pool's device; returns host copies of the result."""
     xp = pool.xp
     indptr, indices, last, _ = table
-    kw.setdefault("cert", wc.CertConfig(tier="AB"))
-    kw.setdefault("tau", 0.2)
+    tau = kw.pop("tau", 0.2)  # the threshold lives in the CertConfig
+    cert = kw.pop("cert", wc.CertConfig(tier="AB"))
+    kw["cert"] = dataclasses.replace(cert, tau=tau) if isinstance(cert, wc.CertConfig) else cert
     res, rep = wc.gated_decode(xp.asarray(q), pool, layer=0, kv_indptr=xp.asarray(indptr),
                                kv_indices=xp.asarray(indices), kv_last_page_len=xp.asarray(last), **kw)
     for name in ("o", "lse", "log_a", "risk", "tv_bound", "cmax", "page_contrib"):
@@ -178,12 +181,12 @@ def test_risk_ranked_mode_and_errors(backend):
     bare = wc.KVPool(1, 2, 128, 4, 16, wc.QuantConfig(128), backend=backend)
     with pytest.raises(ValueError, match="exact tier"):
         wc.gated_decode(xp.asarray(q), bare, layer=0, kv_indptr=xp.asarray([0, 1]), kv_indices=xp.asarray([0]),
-                        kv_last_page_len=xp.asarray([3]), cert=wc.CertConfig(), tau=0.2)
+                        kv_last_page_len=xp.asarray([3]), cert=wc.CertConfig(tau=0.2))
     with pytest.raises(ValueError, match="keep_exact"):
         wc.KVPool(1, 2, 128, 4, 16, wc.QuantConfig(128), backend=backend, exact_tier_pages=4)
     with pytest.raises(TypeError, match="device"):  # host q for a GPU pool, or the reverse
         wc.gated_decode(q if backend == "cuda" else _FakeCuda(q), pool, layer=0, kv_indptr=table[0],
-                        kv_indices=table[1], kv_last_page_len=table[2], cert=wc.CertConfig(), tau=0.2)
+                        kv_indices=table[1], kv_last_page_len=table[2], cert=wc.CertConfig(tau=0.2))
 
 
 class _FakeCuda:

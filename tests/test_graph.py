@@ -45,9 +45,9 @@ def _table(step):
 def test_graph_replay_is_bit_identical_to_eager_and_telemetry_counts_replays():
     (pe, pg), slots = _model_pools()
     B, Hq = len(LENGTHS), HKV * G
-    cert = wc.CertConfig(tier="AB", num_layers=L, steps=16)
-    tel_e = wc.Telemetry(L, Hq, 0.05, backend="cuda")
-    tel_g = wc.Telemetry(L, Hq, 0.05, backend="cuda")
+    cert = wc.CertConfig(tier="AB", num_layers=L, steps=16, tau=0.05)
+    tel_e = wc.Telemetry(L, Hq, cert, backend="cuda")
+    tel_g = wc.Telemetry(L, Hq, cert, backend="cuda")
     # the graph's input buffers, refilled in place between replays; the page table has its final size
     ip0, ix0, ll0 = _table(1)
     nnz_max = len(_table(6)[1])

@@ -31,7 +31,7 @@ def test_captured_step_checks_its_arguments_before_touching_a_gpu():
 def test_packed_telemetry_round_trip_on_the_cpu():
     """pack -> sum -> snapshot equals the single-object snapshot, for one rank holding every head."""
     rng = np.random.default_rng(0)
-    t = wc.Telemetry(2, 8, 0.2)
+    t = wc.Telemetry(2, 8, wc.CertConfig(tau=0.2))
     for step in range(3):
         for layer in range(2):
             r = rng.exponential(0.2, size=(3, 8))

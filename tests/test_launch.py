@@ -1,4 +1,4 @@
-"""The launch layer's cuLaunchKernelEx mirror (witcert_cupy/_launch.py), on the CPU machine: its ctypes
+"""The launch layer's cuLaunchKernelEx mirror (witcert_cupy/_cuda/pdl.py), on the CPU machine: its ctypes
 structures against cuda.h's layout as the host compiler lays it out, and its argument checks.  The
 launches themselves run on the GPU (tests/test_gpu.py::test_pdl_launch_gives_the_same_bits)."""
 
@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from witcert_cupy import _launch
+from witcert_cupy._cuda import pdl as _launch
 
 NVCC = shutil.which("nvcc")
 
@@ -80,8 +80,8 @@ def test_the_environment_switch():
 
 
 def test_the_launch_layer_reads_the_switch_at_import():
-    """witcert_cupy._cuda.PDL follows the environment of the process that imports it."""
-    code = "from witcert_cupy import _cuda; print(_cuda.PDL)"
+    """witcert_cupy._cuda.launch.PDL follows the environment of the process that imports it."""
+    code = "from witcert_cupy._cuda import launch; print(launch.PDL)"
     for value, want in (("0", "False"), ("1", "True")):
         env = dict(os.environ, WITCERT_PDL=value)
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

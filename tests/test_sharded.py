@@ -46,8 +46,8 @@ def test_sharded_equals_single_pool(backend, world):
             assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), (r, name)
     Hq = HKV * G
     cert = wc.CertConfig(tier="AB", num_layers=L, steps=4)
-    tel_full = wc.Telemetry(L, Hq, 0.2, backend=backend)
-    tels = [wc.Telemetry(L, Hq // world, 0.2, backend=backend) for _ in range(world)]
+    tel_full = wc.Telemetry(L, Hq, cert, backend=backend)
+    tels = [wc.Telemetry(L, Hq // world, cert, backend=backend) for _ in range(world)]
     rng = np.random.default_rng(1)
     for step in range(3):
         q = rng.standard_normal((3, Hq, D)).astype(np.float32)
@@ -83,7 +83,7 @@ def test_gate_repairs_per_rank_with_the_global_budget(backend):
     q[:, :, 3] *= 8
     cert = global_cert(wc.CertConfig(tier="AB", num_layers=L, steps=4), Hq)
     kw = dict(layer=0, kv_indptr=xp.asarray(ip), kv_indices=xp.asarray(ix), kv_last_page_len=xp.asarray(ll),
-              cert=cert, tau=0.2)
+              cert=cert)
     res_full, rep_full = wc.gated_decode(xp.asarray(q), full, **kw)
     assert rep_full.pages_repaired > 0 and not rep_full.tier_full
     total = 0

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import witcert_cupy as wc
-from witcert_cupy import _contract as C
 from witcert_cupy import certificate, reference
 import adversarial as adv
 from helpers import filled_pool, page_table
@@ -195,7 +194,7 @@ def test_a_non_finite_query_head_leaves_its_group_alone(backend):
         gpool.write(0, xp.asarray(s), xp.asarray(pool.exact_rows(0, s, "k")), xp.asarray(pool.exact_rows(0, s, "v")))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _, rep = wc.gated_decode(xp.asarray(qbad), gpool, tau=0.5, **kw)
+        _, rep = wc.gated_decode(xp.asarray(qbad), gpool, **{**kw, "cert": wc.CertConfig(tier="AB", tau=0.5)})
     assert not rep.over_threshold[0, 1]
     assert rep.pages_repaired <= 16
 

@@ -24,16 +24,17 @@ def test_telemetry_counts_sampling_and_overflow(backend):
     pool.write(1, xp.asarray([bad]), xp.asarray(k), xp.asarray(k))
     indptr, indices, last = (xp.asarray(a) for a in table[:3])
     tau = 0.05
-    tel_all = wc.Telemetry(L, H * G, tau, backend=backend)
-    tel_half = wc.Telemetry(L, H * G, tau, sample_every=2, backend=backend)
+    cert = wc.CertConfig(tier="B", num_layers=L, steps=5, tau=tau)
+    tel_all = wc.Telemetry(L, H * G, cert, backend=backend)
+    tel_half = wc.Telemetry(L, H * G, cert, sample_every=2, backend=backend)
     risks = []
     for step in range(5):
         q = xp.asarray((rng.standard_normal((3, H * G, 128)) * (0.5 + step)).astype(np.float32))
         for layer in range(L):
-            kw = dict(layer=layer, kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last,
-                      cert=wc.CertConfig(tier="B", num_layers=L, steps=5))
+            kw = dict(layer=layer, kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last, cert=cert)
             r = wc.decode_attention(q, pool, telemetry=tel_all, **kw)
-            wc.decode_attention(q, pool, telemetry=tel_half, **kw)
+            # the same cells as requests of their own (ledger ids 3..5), so both see the same risks
+            wc.decode_attention(q, pool, telemetry=tel_half, requests=xp.asarray(np.array([3, 4, 5])), **kw)
             risks.append((step, layer, to_host(r.risk)))
     snap = tel_all.snapshot()
     R = np.stack([x[2] for x in risks])                  # [steps*L, B, Hq]
@@ -60,10 +61,12 @@ def test_telemetry_errors():
     q = np.zeros((1, 8, 128), np.float32)
     kw = dict(layer=0, kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last)
     with pytest.raises(ValueError, match="certificate"):
-        wc.decode_attention(q, pool, telemetry=wc.Telemetry(1, 8, 0.2), **kw)
+        wc.decode_attention(q, pool, telemetry=wc.Telemetry(1, 8, wc.CertConfig()), **kw)
     with pytest.raises(TypeError, match="telemetry"):
         wc.decode_attention(q, pool, telemetry={}, cert=wc.CertConfig(), **kw)
+    with pytest.raises(TypeError, match="cert"):
+        wc.Telemetry(1, 8, 0.2)  # the threshold's one home is the CertConfig
     with pytest.raises(ValueError, match="tau"):
-        wc.Telemetry(1, 8, -1.0)
+        wc.decode_attention(q, pool, telemetry=wc.Telemetry(1, 8, wc.CertConfig(tau=0.1)), cert=wc.CertConfig(), **kw)
     with pytest.raises(ValueError, match="risk"):
-        wc.Telemetry(1, 8, 0.2).record(0, np.zeros((2, 4)), 2)
+        wc.Telemetry(1, 8, wc.CertConfig()).record(0, np.zeros((2, 4)), 2)

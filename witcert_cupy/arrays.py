@@ -100,3 +100,20 @@ def check_range(name, x, lo, hi, exc=IndexError):
     mn, mx = int(x.min()), int(x.max())
     if mn < lo or mx >= hi:
         raise exc(f"{name} values must lie in [{lo}, {hi}), got [{mn}, {mx}]")
+
+
+def check_philox_args(ctr, k):
+    """Validate Philox arguments (either backend); returns the broadcast batch shape."""
+    if str(ctr.dtype) != "uint32":
+        raise TypeError(f"counter must be uint32, got dtype {ctr.dtype}")
+    if str(k.dtype) != "uint32":
+        raise TypeError(f"key must be uint32, got dtype {k.dtype}")
+    if ctr.ndim < 1 or ctr.shape[-1] != 4:
+        raise ValueError(f"counter must have shape [..., 4], got {list(ctr.shape)}")
+    if k.ndim < 1 or k.shape[-1] != 2:
+        raise ValueError(f"key must have shape [2] or [..., 2], got {list(k.shape)}")
+    try:
+        return np.broadcast_shapes(ctr.shape[:-1], k.shape[:-1])
+    except ValueError:
+        raise ValueError(f"key shape {list(k.shape)} does not broadcast against counter "
+                         f"shape {list(ctr.shape)}") from None

@@ -103,10 +103,11 @@ def main(argv=None):
     from . import __version__
 
     pos, nonneg = _int_at_least(1), _int_at_least(0)
-    p = argparse.ArgumentParser(prog="witcert", description="Runtime-certified INT8 KV cache.")
+    # no abbreviations: a prefix such as --out would silently mean --outlier-pairs
+    p = argparse.ArgumentParser(prog="witcert", description="Runtime-certified INT8 KV cache.", allow_abbrev=False)
     p.add_argument("--version", action="version", version=f"witcert_cupy {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
-    d = sub.add_parser("demo", help="certified decode on a realistic cache, checked against the true TV")
+    d = sub.add_parser("demo", allow_abbrev=False, help="certified decode on a realistic cache, checked against the true TV")
     d.add_argument("--input", help="npz with k, v [L,S,Hkv,d] and q [L,T,Hq,d] (captured activations)")
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     d.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
@@ -126,7 +127,7 @@ def main(argv=None):
     d.add_argument("--witness-bands", type=nonneg, default=16)
     d.add_argument("--seed", type=nonneg, default=0)
     d.set_defaults(fn=_demo)
-    r = sub.add_parser("report", help="the quad report (coverage, latency, error, memory) with plots")
+    r = sub.add_parser("report", allow_abbrev=False, help="the quad report (coverage, latency, error, memory) with plots")
     r.add_argument("--out", default="witcert-report", help="directory for report.json and the PNGs")
     r.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
     r.add_argument("--layers", type=pos, default=2)
@@ -136,7 +137,7 @@ def main(argv=None):
     r.add_argument("--seed", type=nonneg, default=0)
     r.add_argument("--quiet", action="store_true")
     r.set_defaults(fn=_report)
-    i = sub.add_parser("info", help="versions and devices")
+    i = sub.add_parser("info", allow_abbrev=False, help="versions and devices")
     i.set_defaults(fn=_info)
     args = p.parse_args(argv)
     # values that are fine alone but not together, still before any work

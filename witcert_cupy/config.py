@@ -210,3 +210,15 @@ class CertConfig:
     @property
     def uses_witness(self) -> bool:
         return "A" in self.tier
+
+
+def bypass_for(config: QuantConfig, layer: int, num_kv_heads: int) -> np.ndarray:
+    """int32 ``[Hkv, 2 n_pairs]``: the bypassed (outlier) channels of one layer of ``config``."""
+    if config.outlier_pairs is None:
+        return np.zeros((num_kv_heads, 0), np.int32)
+    L, H = config.outlier_pairs.shape[:2]
+    if H != num_kv_heads:
+        raise ValueError(f"config.outlier_pairs has {H} kv heads, the rows have {num_kv_heads}")
+    if layer >= L:
+        raise ValueError(f"layer {layer} is outside config.outlier_pairs ({L} layers)")
+    return config.bypass_channels(L, H)[layer]

@@ -14,46 +14,8 @@ from .budget import budget_key, charge_host, check_requests
 from .arrays import backend_of, check_float, check_int, check_range, to_cupy, to_numpy
 from .config import CertConfig, _int_arg
 from .pool import Fp16Pool, KVPool, PagedPool
+from .types import DecodeResult
 from .write import check_layer_side
-
-
-@dataclass
-class DecodeResult:
-    """Output of one decode step.
-
-    Attributes
-    ----------
-    o : float32 ``[B, Hq, d]``
-    lse : float32 ``[B, Hq]``, natural log of the softmax denominator of ``ℓ̃``
-    log_a : float32 ``[B, Hq]`` or None, ``log A`` with ``A = Σ p̃_t e^{c_t}`` over the kernel's own
-        weights (``c_t`` includes the kernel's evaluation term ``γ_t``, SPEC §4.1)
-    gamma : float32 ``[B, Hq]`` or None, ``Γ = max_t γ_t``: how far the kernel's logits may lie from
-        ``sm·q·x̂`` in exact arithmetic (the second reading of ``p̃``, SPEC §5)
-    risk : float64 ``[B, Hq]`` or None, ``R = (A'² − 1)/2`` with ``log A' = log A + Γ``: a bound on
-        both readings of ``p̃``
-    tv_bound : float64 ``[B, Hq]`` or None, ``min(1, R, tanh(cmax/2))``
-    cmax : float32 ``[B, Hq]`` or None, ``max_t c_t``
-
-    page_contrib : float64 ``[B, Hq, max_pages]`` or None
-        ``contrib_j = e^{λ_j − lse} − e^{lse_j − lse}`` of the request's j-th page (SPEC §6):
-        ``A − 1 = Σ_j contrib_j``; making page j exact removes it to first order.  Only when asked.
-
-    kernel : str or None
-        Which kernel produced an extend result (``'extend_tc'`` or ``'decode'``); None for decode.
-
-    Certificate fields are None when ``cert`` was None.  Arrays live on the device of ``q``.
-    """
-
-    o: object
-    lse: object
-    log_a: object = None
-    risk: object = None
-    tv_bound: object = None
-    cmax: object = None
-    num_splits: int = 1
-    page_contrib: object = None
-    kernel: str | None = None
-    gamma: object = None
 
 
 @dataclass(frozen=True)

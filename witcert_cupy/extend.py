@@ -111,7 +111,7 @@ def extend_attention(q, pool, *, layer, qo_indptr, kv_indptr, kv_indices, kv_las
     if kernel != "decode":
         why = "the CPU backend runs the decode kernels" if be != "cuda" else None
         if why is None:
-            from ._cuda_extend import tc_extend_applies
+            from ._cuda.extend import tc_extend_applies
 
             why = tc_extend_applies(pool, cert, qh.shape[1])
         if why is None:
@@ -153,7 +153,7 @@ def _charge(res, pool, budget, qo):
 
 
 def _extend_tc(q, pool, layer, qo, pt, causal, sm_scale, cert, num_splits):
-    from ._cuda_extend import ExtendPlan
+    from ._cuda.extend import ExtendPlan
     from .decode import _check_common
 
     layer, sm_scale, num_splits = _check_common(q, pool, layer, sm_scale, cert, num_splits)

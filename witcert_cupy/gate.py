@@ -21,7 +21,7 @@ import numpy as np
 from . import certificate as cert_mod
 from .arrays import backend_of, to_numpy
 from .budget import charge_host
-from .config import CertConfig, _float_arg, _int_arg
+from .config import CertConfig, _int_arg
 from .decode import _decode, budget_of, check_page_table
 from .reference import to_host
 from .pool import PagedPool
@@ -65,7 +65,7 @@ def _a_of(log_a):
     return np.where(np.isnan(a), np.inf, a)
 
 
-def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cert, tau, max_rounds=4,
+def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cert, max_rounds=4,
                  sm_scale=None, num_splits=None, requests=None):
     """Certified decode with block repair from the exact backing store (SPEC §7).
 
@@ -77,8 +77,7 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
         ``exact_tier_pages > 0``.  Either backend: on the GPU the loop reads ``A`` and the page
         contributions on the host once per round (the gate is not graph-capturable; decode is).
     cert : CertConfig
-    tau : float
-        Threshold on the risk ``R`` (``> 0``): ``< 1`` certified, ``>= 1`` risk-ranked.
+        Its ``tau`` is the threshold on the risk ``R``: ``< 1`` certified, ``>= 1`` risk-ranked.
     max_rounds : int
         Repair rounds at most (each costs one recomputation).
     requests : int array ``[B]`` or None
@@ -96,7 +95,7 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
         raise ValueError("gated_decode needs a pool with an exact tier (keep_exact=True, exact_tier_pages=N)")
     if not isinstance(cert, CertConfig):
         raise TypeError(f"cert must be a CertConfig, got {type(cert).__name__}")
-    tau = _float_arg("tau", tau, lo_open=0.0)
+    tau = cert.tau
     max_rounds = _int_arg("max_rounds", max_rounds, lo=0, hi=64)
     be = backend_of(q=q, kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len)
     if be != pool.backend:

@@ -93,7 +93,7 @@ class CapturedStep:
             warm_kernels(p)
         cp.cuda.Device().synchronize()  # no eager work (telemetry streams included) still in flight
         self.stream = cp.cuda.Stream(non_blocking=True)
-        from .telemetry import join_forks
+        from ._cuda.capture import join_forks
 
         with self.stream:
             self.stream.begin_capture()

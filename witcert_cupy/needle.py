@@ -75,7 +75,7 @@ def run_needle(scheme, *, instances=20, context=2048, page_size=16, tau=5.0, max
         p_raw = reference.softmax(reference.logits(q, served))[0]
         raw = decode_attention(q[None], pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll, cert=cert)
         res, rep = gated_decode(q[None], pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=ll, cert=cert,
-                                tau=tau, max_rounds=max_rounds)
+                                max_rounds=max_rounds)
         _, served_g, _ = served_rows(pool, 0, pt, 0)
         p_gated = reference.softmax(reference.logits(q, served_g))[0]
         recs.append({

@@ -115,7 +115,7 @@ def c_gamma(q, k_hat, scales, config: QuantConfig, *, kv_heads_bypass, sm_scale=
 
     q, kh, G = _gqa(q, np.asarray(k_hat, np.float64))
     Hq, d = q.shape
-    S, Hkv = kh.shape[0], kh.shape[1]
+    Hkv = kh.shape[1]
     sm = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
     gam = certificate.dot_gamma(d)
     aq = np.abs(q)

@@ -120,7 +120,7 @@ def run_report(*, layers=2, kv_heads=2, group=4, head_dim=128, context=1024, ste
             q = Q[layer, steps - 1][None]
             cert = CertConfig(tier=tier, delta_req=delta_req, num_layers=L, steps=steps, tau=tau)
             res, rep = gated_decode(xp_dev(q), pool, layer=layer, kv_indptr=xp_dev(ip), kv_indices=xp_dev(ix),
-                                    kv_last_page_len=xp_dev(ll), cert=cert, tau=tau, requests=xp_dev(np.array([1])))
+                                    kv_last_page_len=xp_dev(ll), cert=cert, requests=xp_dev(np.array([1])))
             g_cov.append(host(res.risk)[0] <= tau)
             rows_b = reference.request_rows(pool, layer, pt, 0)
             o_ex, _ = reference.attention(q[0], rows_b["k_exact"], rows_b["v_exact"])

@@ -5,25 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _contract as C
-from .arrays import backend_of, check_int, check_range, to_numpy
+from .arrays import backend_of, check_int, check_philox_args, check_range, to_numpy
 from .config import _int_arg
-
-
-def check_philox_args(ctr, k):
-    """Validate Philox arguments (either backend); returns the broadcast batch shape."""
-    if str(ctr.dtype) != "uint32":
-        raise TypeError(f"counter must be uint32, got dtype {ctr.dtype}")
-    if str(k.dtype) != "uint32":
-        raise TypeError(f"key must be uint32, got dtype {k.dtype}")
-    if ctr.ndim < 1 or ctr.shape[-1] != 4:
-        raise ValueError(f"counter must have shape [..., 4], got {list(ctr.shape)}")
-    if k.ndim < 1 or k.shape[-1] != 2:
-        raise ValueError(f"key must have shape [2] or [..., 2], got {list(k.shape)}")
-    try:
-        return np.broadcast_shapes(ctr.shape[:-1], k.shape[:-1])
-    except ValueError:
-        raise ValueError(f"key shape {list(k.shape)} does not broadcast against counter "
-                         f"shape {list(ctr.shape)}") from None
 
 
 def _philox(counter, key, rounds):

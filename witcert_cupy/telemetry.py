@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .config import _float_arg, _int_arg
+from .config import CertConfig, _int_arg
 
 
 def check_telemetry(telemetry, cert, backend):
@@ -19,6 +19,9 @@ def check_telemetry(telemetry, cert, backend):
         raise TypeError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
     if cert is None:
         raise ValueError("telemetry needs a certificate (cert=CertConfig(...))")
+    if cert.tau != telemetry.tau:
+        raise ValueError(f"cert.tau ({cert.tau}) differs from the telemetry's tau ({telemetry.tau}): build the "
+                         "Telemetry from the CertConfig its decode calls use")
     if (telemetry.xp is np) != (backend == "cpu"):
         raise TypeError(f"telemetry counters must live on the pool's device ({backend})")
 
@@ -29,8 +32,9 @@ class Telemetry:
     Parameters
     ----------
     num_layers, num_q_heads : int
-    tau : float
-        Coverage threshold on the risk ``R`` (a cell is covered when ``R ≤ τ``).
+    cert : CertConfig
+        The certificate of the decode calls it records; its ``tau`` is the coverage threshold on the
+        risk ``R`` (a cell is covered when ``R ≤ τ``), and every recorded call must use the same.
     sample_every : int
         Record only steps whose index is a multiple of this (the predicate is evaluated on the
         device).  A step starts with the call for layer 0.
@@ -38,10 +42,12 @@ class Telemetry:
         Where the counters live (the pool's backend).
     """
 
-    def __init__(self, num_layers, num_q_heads, tau, *, sample_every=1, backend="cpu"):
+    def __init__(self, num_layers, num_q_heads, cert, *, sample_every=1, backend="cpu"):
         self.num_layers = _int_arg("num_layers", num_layers, lo=1)
         self.num_q_heads = _int_arg("num_q_heads", num_q_heads, lo=1)
-        self.tau = _float_arg("tau", tau, lo_open=0.0)
+        if not isinstance(cert, CertConfig):
+            raise TypeError(f"cert must be a CertConfig (the coverage threshold is its tau), got {type(cert).__name__}")
+        self.tau = cert.tau
         self.sample_every = _int_arg("sample_every", sample_every, lo=1)
         if backend not in ("cpu", "cuda"):
             raise ValueError(f"backend must be 'cpu' or 'cuda', got {backend!r}")
@@ -116,7 +122,7 @@ class Telemetry:
         own stream, forked from the current stream after the risks exist, so it overlaps the next
         kernels instead of delaying them.  Telemetry launches stay in order (one stream), so the
         aggregates are as deterministic as :meth:`_record_device`.  Under CUDA-graph capture the
-        fork is captured too and :func:`join_forks` rejoins it before the capture ends
+        fork is captured too and ``witcert_cupy._cuda.capture.join_forks`` rejoins it before the capture ends
         (:class:`~witcert_cupy.CapturedStep` does); eagerly, ``risk`` is kept alive until the kernel
         that reads it has run."""
         import cupy as cp
@@ -133,7 +139,9 @@ class Telemetry:
         done.record(self._side)
         self._last = done
         if main.is_capturing():
-            _CAPTURE_FORKS.add(self)
+            from ._cuda.capture import fork_into_capture
+
+            fork_into_capture(self)
         else:
             self._inflight = [(e, r) for e, r in self._inflight if not e.done] + [(done, risk)]
 
@@ -163,22 +171,3 @@ class Telemetry:
             "kv_coverage": int(get(self.kv_covered)[0]) / kv_cells if kv_cells else None,
             "tau": self.tau,
         }
-
-
-# Telemetry objects that forked work into a stream capture in progress: joined before it ends.
-_CAPTURE_FORKS: set = set()
-_EPOCH = [0]  # counts ended captures: events of one capture are never waited on in another
-
-
-def capture_epoch() -> int:
-    return _EPOCH[0]
-
-
-def join_forks(stream=None):
-    """Rejoin, into ``stream`` (default: the current one), the telemetry streams forked during the
-    capture in progress; a capture cannot end with work forked off its origin stream.  Call it
-    last before ``end_capture`` (:class:`~witcert_cupy.CapturedStep` does)."""
-    for t in list(_CAPTURE_FORKS):
-        t.join(stream)
-    _CAPTURE_FORKS.clear()
-    _EPOCH[0] += 1

@@ -5,30 +5,12 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
 from . import _contract as C
 from .arrays import backend_of, check_float, check_int, check_range, check_shape, to_numpy
-from .config import QuantConfig, _int_arg
-
-
-class QuantizedKV(NamedTuple):
-    """Quantized rows of one side.
-
-    Attributes
-    ----------
-    codes : int8 ``[n, Hkv, d]``
-    scales : float16 ``[n, Hkv, d / group_size]``
-    outliers : float16 ``[n, Hkv, 2 * n_pairs]`` (exact values of the bypassed channels)
-    witness : float16 ``[n, Hkv, B]`` or None
-    """
-
-    codes: object
-    scales: object
-    outliers: object
-    witness: object
+from .config import QuantConfig, _int_arg, bypass_for
+from .types import QuantizedKV
 
 
 def to_fp16_bits(name, x):
@@ -47,18 +29,6 @@ def check_layer_side(layer, side, num_layers=None):
     if side not in C.SIDES:
         raise ValueError(f"side must be 'k' or 'v', got {side!r}")
     return layer, C.SIDES[side]
-
-
-def _bypass_for(config: QuantConfig, layer: int, num_kv_heads: int) -> np.ndarray:
-    """int32 ``[Hkv, 2 n_pairs]`` bypassed channels of one layer."""
-    if config.outlier_pairs is None:
-        return np.zeros((num_kv_heads, 0), np.int32)
-    L, H = config.outlier_pairs.shape[:2]
-    if H != num_kv_heads:
-        raise ValueError(f"config.outlier_pairs has {H} kv heads, the rows have {num_kv_heads}")
-    if layer >= L:
-        raise ValueError(f"layer {layer} is outside config.outlier_pairs ({L} layers)")
-    return config.bypass_channels(L, H)[layer]
 
 
 def _check_slots(slots, n):
@@ -97,7 +67,7 @@ def quantize(x, slots, *, layer, side, config: QuantConfig) -> QuantizedKV:
     check_float("x", xh, (None, None, config.head_dim))
     n, H, d = xh.shape
     s = _check_slots(slots, n)
-    bypass = _bypass_for(config, layer, H)
+    bypass = bypass_for(config, layer, H)
     from ._cpu.write import write_rows
 
     codes = np.empty((H, n, d), np.int8)
@@ -134,7 +104,7 @@ def dequantize(qkv: QuantizedKV, slots, *, layer, side, config: QuantConfig):
     if scales.dtype != np.float16:
         raise TypeError(f"qkv.scales must be float16, got dtype {scales.dtype}")
     check_shape("qkv.scales", scales, (n, H, config.num_groups))
-    bypass = _bypass_for(config, layer, H)
+    bypass = bypass_for(config, layer, H)
     outl = to_numpy("qkv.outliers", qkv.outliers)
     if outl.dtype != np.float16:
         raise TypeError(f"qkv.outliers must be float16, got dtype {outl.dtype}")

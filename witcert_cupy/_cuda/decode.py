@@ -1,0 +1,197 @@
+"""The decode step's dispatch and launch (:class:`DecodePlan`): which stage-1 kernel instance
+serves a step, its buffers, its split count, and the launches (stage 1, merge, telemetry)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import certificate as cert_mod
+from ..types import DecodeResult
+from . import geometry as geo
+from .build import kernel
+from .capture import capture_epoch
+from .geometry import V2_PLAIN_GROUP_SIZE, V2_THREADS, V2_TILE, _resident_ctas, f16_pipes, f16_smem_bytes
+from .launch import _i32, _pdl, bind_merge, launch_query
+from .pdl import Launcher
+
+class DecodePlan:
+    """One decode step on the GPU with every buffer allocated up front: :meth:`launch` only launches
+    kernels (stage 1, the merge with the certificate, and telemetry), so it can be timed with events or
+    captured in a CUDA graph.  It reads ``q`` and the page table from the arrays it was given when
+    they are already contiguous of the launch dtype (float32, int32; ``q`` starting on a 16-byte
+    boundary, :func:`launch_query`): refill those in place between launches or replays.
+    ``kernel_name`` ('v1', 'v2' or 'f16') and ``stage1_template`` (the instantiation, e.g.
+    ``decode_stage1_v2<7, 8, true>``) say which stage-1 kernel it launches."""
+
+    def __init__(self, dev, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, ns, unroll=0,
+                 max_pages=0, telemetry=None, stage1="auto", budget=None):
+        import cupy as cp
+
+        p = dev.pool
+        self.dev, self.cert, self.layer = dev, cert, layer
+        self.telemetry, self.max_pages = telemetry, max_pages
+        self._tel_done = None  # (event, recorded under capture) of this plan's last telemetry launch
+        B, Hq, d = q.shape
+        self.shape = (B, Hq, d)
+        self.q = launch_query(q)
+        self.ip = cp.ascontiguousarray(kv_indptr, dtype=cp.int32)
+        self.ix = cp.ascontiguousarray(kv_indices, dtype=cp.int32)
+        self.ll = cp.ascontiguousarray(kv_last_page_len, dtype=cp.int32)
+        self.o = cp.empty((B, Hq, d), cp.float32)
+        self.lse = cp.empty((B, Hq), cp.float32)
+        self.log_a = cp.empty((B, Hq), cp.float32)
+        self.cmax = cp.empty((B, Hq), cp.float32)
+        self.gam = cp.empty((B, Hq), cp.float32)
+        data, scales, outl, wit, bypass, (gs, k0, k1, bits, _) = dev.store(layer)
+        # the certificate's per-launch constants (SPEC §4.1: the kernels' own evaluation term)
+        beta, gpb, gex = cert_mod.kernel_scalars(d, sm_scale, None if dev.fp16_store else bits)
+        g0 = cert_mod.f32_up(cert_mod.underflow_term(d, sm_scale))
+        G = Hq // p.num_kv_heads
+        logb = cert_mod.log_budget(cert, Hq, p.num_layers) if cert is not None else np.float32(0)
+        P = max(0, int(max_pages))
+        # the staged-tile kernel serves the common cases: INT8 (8-, 16- or 24-bit dither) or fp16
+        # stores; d = 128, no exact tier, no per-page output, default unroll (decode_v2.cu);
+        # decode_stage1 serves everything
+        v2_ok = ((dev.fp16_store or bits in (8, 16, 24)) and d == 128 and p.tier_map_dev is None and P == 0
+                 and unroll == 0 and 128 // gs <= 8 and gs & (gs - 1) == 0 and dev.num_bands <= 64)
+        # its PLAIN layout (INT8, Tier B, no outlier channels, 32-channel groups)
+        plain = (not dev.fp16_store and bypass.shape[-1] == 0 and gs == V2_PLAIN_GROUP_SIZE
+                 and not cert_mod.tier_code(cert) & 1)
+        # fp16 stores: the one-warp pipelined kernel (decode_f16.cu) under the same conditions
+        f16_ok = dev.fp16_store and v2_ok
+        # a certified step needs the kernel's own evaluation term in c_t (SPEC §4.1): decode_stage1
+        # and PLAIN carry it; the staged kernels' other layouts and decode_f16 do not yet (asked for
+        # by name, they report "no guarantee"), so the library's choice for those is decode_stage1
+        auto_v2 = v2_ok and (cert is None or plain)
+        auto_f16 = f16_ok and cert is None
+        if stage1 not in ("auto", "v1", "v2", "f16"):
+            raise ValueError(f"stage1 must be 'auto', 'v1', 'v2' or 'f16', got {stage1!r}")
+        if stage1 == "v2" and not v2_ok:
+            raise ValueError("decode_stage1_v2 serves d=128 pools (INT8 or fp16 stores) with no exact tier and "
+                             "no page contributions")
+        if stage1 == "f16" and not f16_ok:
+            raise ValueError("decode_stage1_f16 serves d=128 fp16 stores with no page contributions")
+        if stage1 == "auto":
+            stage1 = "f16" if auto_f16 else ("v2" if auto_v2 else "v1")
+        self.kernel_name = stage1
+        sides = False  # decode_stage1_v2's PLAIN layout with the warps on the sides (below)
+        npipe = f16_pipes() if stage1 == "f16" else 1  # splits per CTA
+        self.block1 = {"v2": V2_THREADS, "f16": 32 * npipe}.get(stage1, 128)
+        self.smem1 = 0  # dynamic shared memory of stage 1
+        if stage1 == "f16":  # the certified instantiation keeps λ's sums; the other has none
+            certified = "true" if cert is not None else "false"
+            self.stage1_template = f"decode_stage1_f16<{G}, {certified}>"
+            self.stage1 = kernel("decode_f16.cu", None, self.stage1_template)
+            self.smem1 = f16_smem_bytes(G, dev.num_bands, cert_mod.tier_code(cert) & 1)
+            if self.smem1 > self.stage1.max_dynamic_shared_size_bytes:  # (beyond 48 KB: opt in)
+                self.stage1.max_dynamic_shared_size_bytes = self.smem1
+        elif stage1 == "v2":  # the second template argument: dither bits, 0 for fp16 rows
+            # the third: the default layout as constants (no outlier channels, 32-channel groups, no
+            # Tier-A term; decode_v2.cu), the same results in less code
+            # (the channel split, a fourth argument, by the batch: geo.V2_SPLIT_MIN_PAIRS; below it by G and
+            # the tiles per split once the split count is known, geo.V2_SPLIT_MIN_G)
+            layout = ("true" if B * p.num_kv_heads >= geo.V2_SPLIT_MIN_PAIRS else "true, false") if plain else "false"
+            sides = layout == "true, false"
+            self.stage1_template = f"decode_stage1_v2<{G}, {0 if dev.fp16_store else bits}, {layout}>"
+            self.stage1 = kernel("decode_v2.cu", None, self.stage1_template)
+        else:
+            fp16 = "true" if dev.fp16_store else "false"
+            self.stage1_template = f"decode_stage1<{d}, {G}, {fp16}, {unroll}>"
+            self.stage1 = kernel("decode.cu", None, self.stage1_template)
+        # the default split count: one wave of this kernel's resident CTAs (the one-warp fp16 kernel:
+        # up to 128 splits of at least 64 tokens, the mean request's length from the table's shape;
+        # the INT8 kernel: beyond 64 splits at small batch, v2_num_splits)
+        tokens = self.ix.shape[0] * p.page_size // max(1, B)  # the mean request's, at most
+        if not ns:
+            resident = _resident_ctas(self.stage1, self.block1, self.smem1)
+            if stage1 == "f16":  # a whole number of CTAs' pipelines where there are several
+                ns = dev.default_num_splits(B, resident * npipe, max_splits=128, tokens=tokens)
+                ns = ns - ns % npipe if ns >= npipe else ns
+            elif stage1 == "v2":
+                ns = dev.v2_num_splits(B, resident, tokens)
+            else:
+                ns = dev.default_num_splits(B, resident)
+        # geo.V2_SPLIT_MIN_G needs the split count, which the sides' residency chose; the split keeps it
+        # (as measured)
+        if stage1 == "v2" and sides and G >= geo.V2_SPLIT_MIN_G and tokens <= V2_TILE * ns:
+            self.stage1_template = f"decode_stage1_v2<{G}, {bits}, true>"  # (PLAIN: INT8, so bits)
+            self.stage1 = kernel("decode_v2.cu", None, self.stage1_template)
+        self.ns = ns
+        self.o_part = cp.empty((B, Hq, ns, d), cp.float32)
+        self.lse_part = cp.empty((B, Hq, ns), cp.float32)
+        self.lam_part = cp.empty((B, Hq, ns), cp.float32)
+        self.cmax_part = cp.empty((B, Hq, ns), cp.float32)
+        self.gam_part = cp.empty((B, Hq, ns), cp.float32)
+        self.grid1 = (-(-ns // npipe), p.num_kv_heads, B)
+        common = (self.q, data, scales, outl, wit, bypass, dev.band_ch, self.ip, self.ix, self.ll, self.o_part,
+                  self.lse_part, self.lam_part, self.cmax_part, self.gam_part)
+        if self.kernel_name == "f16":
+            self.args1 = (self.q, data, wit, dev.band_ch, self.ip, self.ix, self.ll, self.o_part, self.lse_part,
+                          self.lam_part, self.cmax_part, self.gam_part, np.int64(p.num_slots), _i32(p.num_kv_heads),
+                          _i32(layer), _i32(dev.num_bands), _i32(int(math.log2(p.page_size))), _i32(p.num_pages),
+                          _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)), np.float32(sm_scale),
+                          np.float32(gex))
+        elif self.kernel_name == "v2":
+            self.args1 = (*common, np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset),
+                          _i32(gs.bit_length() - 1), _i32(bypass.shape[-1]), _i32(dev.num_bands), _i32(int(math.log2(p.page_size))),
+                          _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)),
+                          np.uint32(k0), np.uint32(k1), np.float32(sm_scale), np.float32(logb), np.float32(beta),
+                          np.float32(gpb), np.float32(gex))
+        else:
+            null = np.uint64(0)
+            if p.tier_map_dev is not None:  # the exact tier of this layer (SPEC §7)
+                tier = (p.tier_map_dev[layer], p.tier_k.view(cp.uint16), p.tier_v.view(cp.uint16))
+                tier_dims = (_i32(p.num_pages + 1), _i32(p.exact_tier_pages))
+            else:
+                tier, tier_dims = (null, null, null), (_i32(0), _i32(0))
+            self.page_lse = cp.full((B, Hq, max(P, 1)), -cp.inf, cp.float32)
+            self.page_lam = cp.full((B, Hq, max(P, 1)), -cp.inf, cp.float32)
+            self.args1 = (*common, *tier, self.page_lse, self.page_lam, np.int64(p.num_slots), _i32(B),
+                          _i32(p.num_kv_heads), _i32(layer), _i32(gs), _i32(bypass.shape[-1]), _i32(dev.num_bands),
+                          _i32(int(math.log2(p.page_size))), _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns),
+                          _i32(cert_mod.tier_code(cert)), _i32(bits), *tier_dims, _i32(P > 0), _i32(P),
+                          _i32(p.kv_head_offset), np.uint32(k0), np.uint32(k1), np.float32(sm_scale),
+                          np.float32(logb), np.float32(beta), np.float32(gpb), np.float32(gex))
+        self.risk = cp.empty((B, Hq), cp.float64)
+        self.tv_bound = cp.empty((B, Hq), cp.float64)
+        # the merge certifies each cell in the same launch when the step is certified
+        cert_out = (self.risk, self.tv_bound) if cert is not None else (None, None)
+        self._stage1 = Launcher(self.stage1, self.grid1, (self.block1,), self.args1, self.smem1, pdl=_pdl())
+        # (the merge also spends the request budget of each cell it certifies)
+        self.merge = bind_merge(self.o_part, self.lse_part, self.lam_part, self.cmax_part, self.gam_part, self.o,
+                                self.lse, self.log_a, self.cmax, self.gam, g0, *cert_out, budget=budget)
+
+    def launch(self):
+        """Launch the step's kernels on the current stream (no allocation, no host read)."""
+        B, Hq, d = self.shape
+        if B == 0:
+            return
+        self._stage1()
+        if self.cert is None or self.telemetry is None:
+            self.merge()  # (and the certificate and its budget, when certified)
+            return
+        import cupy as cp
+
+        main = cp.cuda.get_current_stream()
+        # which capture (or None: eager) this launch belongs to
+        epoch = capture_epoch() if main.is_capturing() else None
+        # this plan's previous telemetry launch must have read the risks before the merge rewrites
+        # them (an event of the same capture, or of eager work; never one across two)
+        if self._tel_done is not None and self._tel_done[1] == epoch:
+            main.wait_event(self._tel_done[0])
+        self.merge()
+        self.telemetry._record_forked(self.layer, self.risk, self.dev.pool.num_kv_heads)
+        self._tel_done = (self.telemetry._last, epoch)
+
+    def result(self):
+        import cupy as cp
+
+        if self.cert is None:
+            return DecodeResult(self.o, self.lse, num_splits=self.ns)
+        contrib = None
+        if self.max_pages > 0:
+            contrib = cert_mod.page_contributions(self.page_lse, self.page_lam, self.lse, cp)
+        return DecodeResult(self.o, self.lse, self.log_a, self.risk, self.tv_bound, self.cmax, num_splits=self.ns,
+                            page_contrib=contrib, gamma=self.gam)

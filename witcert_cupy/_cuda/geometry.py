@@ -1,0 +1,97 @@
+"""Launch geometry and split rules of the decode kernels: split counts, block sizes, shared memory,
+resident CTAs.  The constants mirror the kernel sources (tests/test_cuda_compile.py checks them)."""
+
+from __future__ import annotations
+
+import functools
+
+# decode_stage1_v2's default split count where the 64-split rule leaves most of one wave of resident
+# CTAs empty (small batch, few kv heads; docs/performance.md): at most V2_MAX_SPLITS
+# (decode_merge's shared-memory prefetch holds 128), within one wave; up to V2_GRID_CAP CTAs per SM,
+# in steps of 64 splits, for splits of at least V2_MIN_TOKENS tokens; the whole wave for splits of at
+# least V2_WAVE_MIN_TOKENS.  Measured at batch 1: 28/4, 128 splits (4 CTAs per SM)
+# against 64 took 40.9 against 46.5 µs at 16k, 61.7 against 77.1 at 32k, 186 against 260 at 128k; 16/2
+# at 32k 51.4 against 76.7; at 8k the two came within 2% (96 and 112 splits: 8–14% slower).  32/8,
+# whose 64 splits already make 4 CTAs per SM: the whole wave (96–99 splits) against 64 took 51.0
+# against 46.8 µs at 16k, 77.6 against 78.8 at 32k, 132.6 against 142.3 at 64k, 251.5 against 271.5 at
+# 128k (batch 2, 28/4, 128k: 323.8 against 346.7); two waves (112–128 splits) were 10–35% slower, 66
+# splits 1% slower than 64.  Splits of one 32-token tile count (V2_MIN_TOKENS of 128 lost): with the step's set-up, epilogue and merge shortened, 128 splits against 64 took
+# 16.3 against 17.6 µs at 28/4 4k, 21.8 against 24.9 at 8k, 15.3 against 17.8 at 16/2 4k, 19.5
+# against 25.6 at 16/2 8k; batch 2 (512 CTAs at 64 splits) keeps 64, where 128 took 26.8 against 20.8.
+V2_MAX_SPLITS = 128
+V2_GRID_CAP = 4
+V2_MIN_TOKENS = 32
+V2_WAVE_MIN_TOKENS = 512
+
+# tokens per tile of decode_stage1_v2: cuda/decode_v2.cu's V2_TILE (tests/test_cuda_compile.py checks
+# the two agree)
+V2_TILE = 32
+# threads per CTA of decode_stage1_v2: cuda/decode_v2.cu's V2_THREADS (tests/test_cuda_compile.py
+# checks the two agree)
+V2_THREADS = 64
+# the scale group of decode_stage1_v2's PLAIN instantiation: 2^V2_PLAIN_GS_SHIFT of cuda/decode_v2.cu
+# (the same test checks it)
+V2_PLAIN_GROUP_SIZE = 32
+# PLAIN's warps split each row's channels (SPLIT, cuda/decode_v2.cu) from this many (request, kv head)
+# pairs per step, and the sides below it.  Measured (same process as the sides): at B = 8
+# and 32 (32 to 256 pairs) the split was 5.3–7.5% faster certified and 7.8–11.8% uncertified; at
+# B = 1 (4 and 8 pairs) it ranged from 2.6% faster (28/4, 4k) to 3.7% slower (32/8, 32k).
+V2_SPLIT_MIN_PAIRS = 16
+# Below that, the split also serves a step of at least V2_SPLIT_MIN_G query heads per kv head whose
+# splits hold one 32-token tile each (the mean request's tokens from the page table's shape).  There
+# the K warp's phase A, with its G dot products, is the sides' chain.  Measured at batch 1 and 4k
+# tokens, one process, split against sides: G = 5 13.6 vs 13.8 µs, 6 14.0 vs 14.3,
+# 7 14.8 vs 15.1, 8 15.3 vs 15.7, 6 at 48/8 18.2 vs 18.3; batch 2, 28/4, 4k 19.2 vs 19.5; but G = 3
+# 12.5 vs 12.3 and G = 4 16.4 vs 16.1.  With more tiles per split the split lost at G = 6 and 8
+# (32k: 45.3 vs 44.8, 53.2 vs 52.2) though not at G = 7 (0.2–1.5% faster from 8k to 32k, and at
+# batch 2, 4k), which the rule leaves on the sides.  The rule against the sides in one process
+# the rule against the sides: 28/4 14.8 vs 15.0 µs, 32/4 15.2 vs 15.6, 24/4 13.9 vs 14.3; the same bits elsewhere.
+V2_SPLIT_MIN_G = 5
+
+
+# one-warp pipelines (splits) per CTA of decode_stage1_f16: F16_PIPES of
+# cuda/decode_f16_geometry.cuh (tests/test_cuda_compile.py checks the two agree)
+F16_PIPES = 4
+
+
+def f16_pipes():
+    """Splits per CTA of decode_stage1_f16."""
+    return F16_PIPES
+
+
+def f16_smem_bytes(G, num_bands, tier_a):
+    """decode_stage1_f16's dynamic shared memory in bytes (cuda/decode_f16_geometry.cuh,
+    ``f16_smem_bytes``): the query, each warp's K and V tiles and probabilities, and with a Tier-A
+    certificate each pipeline's 32 witness rows (fp16) and the heads' band norms (fp32)."""
+    per_warp = 32 * ((128 // 2 + 4) + 128 // 2) * 4 + G * 32 * 4
+    return G * 128 * 4 + F16_PIPES * per_warp + (F16_PIPES * 32 * num_bands * 2 + G * num_bands * 4 if tier_a else 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _resident_ctas(func, block, smem=0):
+    """CTAs of ``func`` resident per SM at ``block`` threads and ``smem`` bytes of dynamic shared
+    memory (with its registers and static shared memory)."""
+    import cupy as cp
+
+    return int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(func.kernel.ptr, block, smem))
+
+
+def merge_smem_floats(ns):
+    """decode_merge's dynamic shared memory in floats (cuda/decode.cu, ``merge_smem_floats``): three
+    arrays of ns rounded up to 4, and 4 floats of slack."""
+    return 3 * ((ns + 3) & ~3) + 4
+
+
+# decode_merge copies a cell's o_part rows into shared memory first when they fit in this many bytes
+# with its statistics (cuda/decode.cu): 128 splits of 128 channels take 66 KB
+MERGE_PREFETCH_BYTES = 96 * 1024
+
+
+def merge_smem_bytes(ns, d, prefetch=None):
+    """``(bytes, pf)``: decode_merge's dynamic shared memory and whether it prefetches the o_part
+    rows (``ns·d`` floats after the statistics; ``d % 4 == 0`` and within MERGE_PREFETCH_BYTES
+    unless ``prefetch`` forces it)."""
+    pf = d % 4 == 0 and 4 * (merge_smem_floats(ns) + ns * d) <= MERGE_PREFETCH_BYTES
+    if prefetch is not None:
+        pf = bool(prefetch) and d % 4 == 0
+    return 4 * (merge_smem_floats(ns) + (ns * d if pf else 0)), pf
