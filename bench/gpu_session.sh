@@ -22,7 +22,10 @@ if [ "$MODE" != bench ]; then
   python3 -m pytest -m gpu tests/ -q -rf -n 8 -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
   tail -3 "$OUT/gpu_tests.log"
   echo "== compute-sanitizer memcheck fuzz"
-  compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 python3 tests/gpu_fuzz.py 12 \
+  # (API errors not reported: cuda.bindings probes every driver entry point with cuGetProcAddress at
+  # its first call, and a driver older than the bindings answers "invalid argument" for the newer
+  # ones; a failed call of ours raises in Python and ends the fuzz with a nonzero code)
+  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 python3 tests/gpu_fuzz.py 12 \
     > "$OUT/sanitizer.log" 2>&1
   echo "sanitizer exit code $?" | tee -a "$OUT/sanitizer.log"
 fi

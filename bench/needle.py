@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tqdm import tqdm  # noqa: E402
+
 from witcert_cupy.needle import run_needle  # noqa: E402
 
 
@@ -24,9 +26,9 @@ def main():
     rows = []
     t0 = time.time()
     for name in ("fp8_e4m3", "rtn_int4", "kivi2", "rtn_int8"):
-        r = run_needle(name, instances=args.instances, context=args.context, tau=args.tau,
-                       progress=lambda i, n, s=name: print(f"\r[needle] {s}: {i}/{n}", end="", file=sys.stderr))
-        print(file=sys.stderr)
+        with tqdm(total=args.instances, desc=f"[needle] {name}", unit="instance", file=sys.stderr) as bar:
+            r = run_needle(name, instances=args.instances, context=args.context, tau=args.tau,
+                           progress=lambda i, n: bar.update(i - bar.n))
         r.pop("records")
         rows.append(r)
         print(f"{name:10s} acc exact {r['acc_exact']:.2f} raw {r['acc_raw']:.2f} gated {r['acc_gated']:.2f} | "

@@ -1,4 +1,4 @@
-// budget.cuh — the request budget counted on the device (spec §4.4, docs/certificate.md §10.9), the
+// budget.cuh — the request budget counted on the device (spec §4.4, docs/certificate.md §10.8), the
 // twin of witcert_cupy/budget.py:charge_host.
 //
 // A request's ledger row counts certified cells.  Each cell takes one ticket with an atomic add, so

@@ -1,9 +1,11 @@
 """bench/gpu_clocks.py, the clock sampler beside every timed benchmark row: its summary of samples
-(CPU: no NVML needed), and that it neither starts a thread nor invents numbers without NVML."""
+(CPU: pynvml's constants, no NVML library needed), and that it neither starts a thread nor invents numbers without NVML."""
 
 import importlib.util
 import time
 from pathlib import Path
+
+import pytest
 
 _spec = importlib.util.spec_from_file_location(
     "gpu_clocks", Path(__file__).resolve().parents[1] / "bench" / "gpu_clocks.py")
@@ -12,6 +14,7 @@ _spec.loader.exec_module(gpu_clocks)
 
 
 def test_summary_of_samples():
+    pytest.importorskip("pynvml")  # the reasons' bits are NVML's
     s = gpu_clocks.ClockSampler()
     # (sm MHz, mem MHz, °C, W, reason bits): idle between launches is dropped, a power cap is named
     s.samples = [(1980, 3201, 40, 300.0, 0x1), (1920, 3201, 41, 650.5, 0x4), (1785, 3201, 43, 699.0, 0x4 | 0x20)]

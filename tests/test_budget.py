@@ -1,4 +1,4 @@
-"""The request budget is counted, not trusted (spec §4.4; docs/certificate.md §10.9), on both backends.
+"""The request budget is counted, not trusted (spec §4.4; docs/certificate.md §10.8), on both backends.
 
 Before the ledger, a request could certify any number of steps under ``CertConfig(steps=T)``: every
 test below that expects ``+inf`` past ``L · T`` failed there."""

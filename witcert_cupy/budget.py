@@ -1,4 +1,4 @@
-"""The request budget, counted (spec §4.4; docs/certificate.md §10.9).
+"""The request budget, counted (spec §4.4; docs/certificate.md §10.8).
 
 ``δ_loc = δ_req / (L · Hq · T)`` is a union bound over at most ``L · Hq · T`` cells of one request.
 Every pool owns a :class:`StepLedger` that counts, per request, the cells a Tier-B or Tier-AB

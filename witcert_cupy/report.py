@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from . import reference
 from .config import CertConfig, QuantConfig
@@ -26,22 +27,6 @@ from .schemes import SchemePool, list_schemes
 from .synthetic import SyntheticModel, calibrate_outlier_pairs
 
 DELTAS = np.logspace(-8, -0.5, 9)
-
-
-class _Progress:
-    """A one-line progress bar on stderr (nothing when quiet)."""
-
-    def __init__(self, total, quiet):
-        self.total, self.done, self.quiet, self.t0 = total, 0, quiet, time.perf_counter()
-
-    def step(self, what):
-        self.done += 1
-        if not self.quiet:
-            w = 30
-            k = int(w * self.done / self.total)
-            el = time.perf_counter() - self.t0
-            print(f"\r[report] [{'#' * k}{'.' * (w - k)}] {self.done}/{self.total} {what:<28} {el:5.1f} s",
-                  end="" if self.done < self.total else "\n", file=sys.stderr, flush=True)
 
 
 def _nominal(pool):
@@ -65,7 +50,8 @@ def run_report(*, layers=2, kv_heads=2, group=4, head_dim=128, context=1024, ste
     L, S, H, d = K.shape
     npages = -(-S // page_size)
     cfgs = _configs(outlier_budgets, schemes)
-    prog = _Progress(len(cfgs) * steps, quiet)
+    prog = tqdm(total=len(cfgs) * steps, desc="[report]", unit="step", disable=quiet, file=sys.stderr,
+                dynamic_ncols=True)
     rows = []
     for kind, label, arg in cfgs:
         if kind == "int8":
@@ -110,7 +96,8 @@ def run_report(*, layers=2, kv_heads=2, group=4, head_dim=128, context=1024, ste
                 oerr.append(np.linalg.norm(host(r.o)[0] - o_ex, axis=-1) / np.linalg.norm(o_ex, axis=-1))
                 if tier == "AB":  # for the risk-coverage curve: the Tier-B bound at other budgets
                     ss.append((q, layer, ip, ix, ll))
-            prog.step(f"{label} step {t + 1}/{steps}")
+            prog.set_postfix_str(f"{label} step {t + 1}/{steps}", refresh=False)
+            prog.update()
         bounds, trues, risks, oerr, cmaxes = map(np.concatenate, (bounds, trues, risks, oerr, cmaxes))
         # the gate on the last step: repair every layer's offending heads, then measure again.  It is
         # the run the gate would have made instead, so it spends its own request's budget (ledger
@@ -161,6 +148,7 @@ def run_report(*, layers=2, kv_heads=2, group=4, head_dim=128, context=1024, ste
                                 "bytes_whole_cache": int(L * H * npages * pool.page_in_bytes)},
             "scatter": {"bound": bounds.tolist(), "true_tv": trues.tolist()},
         })
+    prog.close()
     return {"workload": {"layers": L, "kv_heads": H, "q_heads": Q.shape[2], "head_dim": d, "context": S,
                          "steps": steps, "page_size": page_size, "tau": tau, "delta_req": delta_req, "seed": seed},
             "deltas": DELTAS.tolist(), "rows": rows}

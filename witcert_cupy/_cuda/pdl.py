@@ -10,10 +10,10 @@ plain launch (``tests/test_gpu.py::test_pdl_launch_gives_the_same_bits``); only 
 overlaps.
 
 CuPy's ``RawKernel`` launches through ``cuLaunchKernel``, which has no attributes, so this module
-calls ``cuLaunchKernelEx`` from ``libcuda`` with ``ctypes``.  The argument block is built once per
-launcher: a launch is one driver call.  Only kernels that call ``griddep_wait`` before their first
-global access may be launched with the attribute: the decode's stage-1 kernels and decode_merge
-(``_cuda.PDL``).
+calls ``cuLaunchKernelEx`` through cuda-python's ``cuda.bindings.driver`` (installed with CuPy).
+The launch configuration and the argument block are built once per launcher: a launch is one
+driver call.  Only kernels that call ``griddep_wait`` before their first global access may be
+launched with the attribute: the decode's stage-1 kernels and decode_merge (``_cuda.launch.PDL``).
 """
 
 from __future__ import annotations
@@ -24,29 +24,6 @@ import os
 import sys
 
 import numpy as np
-
-# cuda.h: CUlaunchAttributeID CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-_PROGRAMMATIC_STREAM_SERIALIZATION = 6
-_CUDA_ERROR_INVALID_CONTEXT = 201
-
-
-class _AttrValue(ctypes.Union):
-    # cuda.h CUlaunchAttributeValue: a 64-byte union (with pointer members: 8-byte aligned)
-    _fields_ = [("pad", ctypes.c_char * 64), ("align", ctypes.c_void_p), ("flag", ctypes.c_int)]
-
-
-class _Attr(ctypes.Structure):
-    # cuda.h CUlaunchAttribute: the id, padding to 8 bytes, the value
-    _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_char * 4), ("value", _AttrValue)]
-
-
-class _Config(ctypes.Structure):
-    # cuda.h CUlaunchConfig
-    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
-                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
-                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
-                ("attrs", ctypes.POINTER(_Attr)), ("numAttrs", ctypes.c_uint)]
-
 
 # the ctypes type of each kernel-argument scalar (the launch layer passes every scalar as an
 # explicit NumPy type; a Python int or float has no C width and is refused)
@@ -67,19 +44,13 @@ def pdl_enabled(environ=None) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _driver():
-    """``(cuLaunchKernelEx, cuGetErrorName)`` from the driver library CuPy already loaded, or None
-    where the driver has no ``cuLaunchKernelEx`` (before CUDA 12)."""
+    """cuda-python's ``cuda.bindings.driver``, or None where it is missing or its driver has no
+    ``cuLaunchKernelEx`` (before CUDA 12)."""
     try:
-        lib = ctypes.CDLL("libcuda.so.1")
-        launch = lib.cuLaunchKernelEx
-    except (OSError, AttributeError):
+        from cuda.bindings import driver
+    except ImportError:
         return None
-    launch.restype = ctypes.c_int
-    launch.argtypes = [ctypes.POINTER(_Config), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
-    name = lib.cuGetErrorName
-    name.restype = ctypes.c_int
-    name.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-    return launch, name
+    return driver if hasattr(driver, "cuLaunchKernelEx") else None
 
 
 @functools.lru_cache(maxsize=None)
@@ -132,14 +103,21 @@ class Launcher:
         if not self.pdl:
             return
         self._values = [_c_arg(i, a) for i, a in enumerate(self.args)]  # the storage the pointers name
-        if _driver() is None:
-            raise RuntimeError("programmatic dependent launch needs cuLaunchKernelEx (CUDA 12 or newer driver)")
+        cu = _driver()
+        if cu is None:
+            raise RuntimeError("programmatic dependent launch needs cuda-python's cuda.bindings with "
+                               "cuLaunchKernelEx (CUDA 12 or newer)")
         self._params = (ctypes.c_void_p * max(1, len(self._values)))(
             *[ctypes.addressof(v) for v in self._values])
-        self._attr = _Attr(id=_PROGRAMMATIC_STREAM_SERIALIZATION)
-        self._attr.value.flag = 1
-        g, b = grid + (1,) * (3 - len(grid)), block + (1,) * (3 - len(block))
-        self._config = _Config(*g, *b, self.shared_mem, None, ctypes.pointer(self._attr), 1)
+        attr = cu.CUlaunchAttribute()
+        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        cfg = cu.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid + (1,) * (3 - len(grid))
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block + (1,) * (3 - len(block))
+        cfg.sharedMemBytes = self.shared_mem
+        cfg.attrs, cfg.numAttrs = [attr], 1
+        self._config, self._cu = cfg, cu
 
     def __call__(self):
         if not self.pdl:
@@ -147,16 +125,16 @@ class Launcher:
             return
         import cupy as cp
 
-        launch, name = _driver()
+        cu = self._cu
         self._config.hStream = cp.cuda.get_current_stream().ptr
-        err = launch(ctypes.byref(self._config), self.func.kernel.ptr, self._params, None)
-        if err == _CUDA_ERROR_INVALID_CONTEXT:
+        params = ctypes.addressof(self._params)
+        err, = cu.cuLaunchKernelEx(self._config, self.func.kernel.ptr, params, 0)
+        if err == cu.CUresult.CUDA_ERROR_INVALID_CONTEXT:
             # a thread with no current context yet (CuPy's own launch would have bound the
             # device's primary context through the runtime): bind it, and launch again
             cp.cuda.runtime.setDevice(cp.cuda.Device().id)
-            err = launch(ctypes.byref(self._config), self.func.kernel.ptr, self._params, None)
-        if err:
-            s = ctypes.c_char_p()
-            name(err, ctypes.byref(s))
+            err, = cu.cuLaunchKernelEx(self._config, self.func.kernel.ptr, params, 0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            _, nm = cu.cuGetErrorName(err)
             raise RuntimeError(f"cuLaunchKernelEx({self.func.name}) failed: "
-                               f"{(s.value or b'CUDA error %d' % err).decode()}")
+                               f"{nm.decode() if nm else f'CUDA error {int(err)}'}")
