@@ -21,7 +21,7 @@
 // that neither warp waits for the other (docs/performance.md: the K warp's phase A was the
 // step's critical path, and the V warp's not on it; 5–7.5% faster certified, 8–12% uncertified at
 // B >= 8).  Its dot products are blocked by chunk at every G; with those, the same bits as
-// the general instantiation (V2_BLOCKED_DOT=1).  The sections below describe the sides' layout;
+// the general instantiation (V2Tuning::blocked_dot).  The sections below describe the sides' layout;
 // the split's own is at its loop.
 //   A. A tile's rows (128 code bytes and the fp16 scales per token) arrive by cp.async in a shared
 //      staging tile, issued a tile ahead, eight lanes per row.  Per 16-channel chunk: one, two or
@@ -60,35 +60,39 @@
 #define V2_D 128
 #define V2_PAD (V2_D + 4)
 #define V2_CPITCH (V2_D / 4 + 4)
-// chunks (one Philox call each) unrolled per K row and per V row: the Philox chains of an unrolled
-// pair interleave (ILP), at a register cost.  Measured: two per
-// K row 1–2% faster at G = 4, one at G = 7 (where two also spill at 168 registers).  16-bit
-// dither at G = 5–7 (two Philox calls per chunk) takes one per K row: NVRTC 13.0 spills 4–8 bytes
-// at 168 registers otherwise.  One per V row (rather than two): the same bits, 0.4–1.1%
-// faster at every 8-bit shape measured (B = 1 to 32, G = 4 and 7; 2.3% at B = 1, 28/4, 4k,
-// where the smaller loop body also means fewer instruction-cache misses); two at G = 4, 24 bits,
-// where one spills 4 bytes under nvcc 13.0.
-#define V2_KUNROLL ((G <= 6 && !(BITS == 16 && G >= 5)) ? 2 : 1)
-#define V2_VUNROLL ((G == 4 && BITS == 24) ? 2 : 1)
-// SPLIT's chunks unrolled per half row (four: the whole half), so that the Philox chains of the
-// four chunks interleave.  Measured (G = 7 and 4): 4.7–5.5% faster than one chunk at
-// B >= 8 (two chunks: 0.5–2.9%), 1–2% at B = 1.  Without spills at every G and resolution but
-// these at 24 bits, which take two chunks: G <= 3 (128 registers; nvcc 13.0), G = 5 (168; nvcc
-// 13.0 spilled 8 bytes with the certificate) and G = 6 (168; NVRTC 13.0 spilled 4 bytes,
-// nvcc none).
-#define V2_SPLIT_UNROLL (((G <= 3 || G == 5 || G == 6) && BITS == 24) ? 2 : 4)
-// INT8 dot products blocked by 16-channel chunk up to G = 6 (the error of v2's logits
-// fell to the general kernel's, at no cost at G = 4; at G = 7 it cost 4–5%, so one chain there)
-#define V2_BLOCKED_DOT (G <= 6)
 // λ's update for tile i is made by the V warp at the start of its phase A of tile i + 1, where the
 // K warp's longer phase A hides it (between the barrier and phase C of tile i both warps waited for
 // it); the logits go through a second buffer so that the K warp's next ones do not overwrite them
 // first.  SPLIT takes a tile's c_t and λ step after the tile's phase C: 1.5–2.1% faster certified
 // at 24 bits and B >= 8 than in the next tile's A1, the same at 8 bits and at B = 1
 // (docs/performance.md).
-// heads whose epilogue reductions the V warp interleaves, level by level (four at G = 4, 24 bits
-// spill 4 bytes under NVRTC 13.0)
-#define V2_EPI_HEADS ((G == 4 && BITS == 24) ? 2 : 4)
+// The unrolls and the dot product's blocking of decode_stage1_v2<G, BITS, ...>, by (G, BITS), as
+// measured on the H200 (docs/performance.md).
+template <int G, int BITS>
+struct V2Tuning {
+    // chunks (one Philox call each) unrolled per K row and per V row: the Philox chains of an
+    // unrolled pair interleave (ILP), at a register cost.  Two per K row are 1–2% faster at G = 4,
+    // one at G = 7 (where two also spill at 168 registers).  16-bit dither at G = 5–7 (two Philox
+    // calls per chunk) takes one per K row: NVRTC 13.0 spills 4–8 bytes at 168 registers
+    // otherwise.  One per V row (rather than two): the same bits, 0.4–1.1% faster at every 8-bit
+    // shape measured (B = 1 to 32, G = 4 and 7; 2.3% at B = 1, 28/4, 4k, where the smaller loop
+    // body also means fewer instruction-cache misses); two at G = 4, 24 bits, where one spills 4
+    // bytes under nvcc 13.0.
+    static constexpr int k_unroll = (G <= 6 && !(BITS == 16 && G >= 5)) ? 2 : 1;
+    static constexpr int v_unroll = (G == 4 && BITS == 24) ? 2 : 1;
+    // SPLIT's chunks unrolled per half row (four: the whole half), so that the Philox chains of
+    // the four chunks interleave: 4.7–5.5% faster than one chunk at B >= 8 (G = 7 and 4; two
+    // chunks: 0.5–2.9%), 1–2% at B = 1.  Without spills at every G and resolution but these at 24
+    // bits, which take two chunks: G <= 3 (128 registers; nvcc 13.0), G = 5 (168; nvcc 13.0
+    // spilled 8 bytes with the certificate) and G = 6 (168; NVRTC 13.0 spilled 4 bytes, nvcc none).
+    static constexpr int split_unroll = ((G <= 3 || G == 5 || G == 6) && BITS == 24) ? 2 : 4;
+    // INT8 dot products blocked by 16-channel chunk up to G = 6 (the error of v2's logits fell to
+    // the general kernel's, at no cost at G = 4; at G = 7 it cost 4–5%, so one chain there)
+    static constexpr bool blocked_dot = G <= 6;
+    // heads whose epilogue reductions the V warp interleaves, level by level (four at G = 4,
+    // 24 bits spill 4 bytes under NVRTC 13.0)
+    static constexpr int epi_heads = (G == 4 && BITS == 24) ? 2 : 4;
+};
 // PLAIN's scale group: 32 channels (QuantConfig's default group_size; witcert_cupy/_cuda/'s
 // V2_PLAIN_GROUP_SIZE, checked to agree by tests/test_cuda_compile.py)
 #define V2_PLAIN_GS_SHIFT 5
@@ -231,7 +235,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     constexpr bool FP16 = BITS == 0;
     constexpr int NXW = 4 * v2_calls(BITS);  // dither words per 16-channel chunk
     constexpr int D = V2_D;
-    constexpr int KU = V2_KUNROLL, VU = V2_VUNROLL, BU = V2_SPLIT_UNROLL;  // chunk unrolls (the pragma takes no macros)
+    using Tune = V2Tuning<G, BITS>;
+    constexpr int KU = Tune::k_unroll, VU = Tune::v_unroll, BU = Tune::split_unroll;  // chunk unrolls
     __shared__ __align__(16) float q_s[G][D];
     // the certificate's coefficients per query head, each times C_EVAL_SLACK·log2 e (squared for
     // bq2) rounded up, so that c_t comes out in log2 units with its slack (docs/certificate.md §6)
@@ -655,8 +660,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                     for (int g = 0; g < G; ++g) {
                         // the chunk's 16 products are summed first, then added: a blocked sum, whose
                         // rounding error grows with 16 + 8 terms instead of 128 (at G = 7 one chain in
-                        // channel order: V2_BLOCKED_DOT)
-                        float part = V2_BLOCKED_DOT ? 0.0f : dot[g];
+                        // channel order: V2Tuning::blocked_dot)
+                        float part = Tune::blocked_dot ? 0.0f : dot[g];
 #pragma unroll
                         for (int e = 0; e < 16; e += 4) {
                             const float4 qq = *reinterpret_cast<const float4*>(&q_s[g][16 * k + e]);
@@ -665,7 +670,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                             part += qq.z * x[e + 2];
                             part += qq.w * x[e + 3];
                         }
-                        dot[g] = V2_BLOCKED_DOT ? dot[g] + part : part;
+                        dot[g] = Tune::blocked_dot ? dot[g] + part : part;
                     }
                 }
             }
@@ -783,26 +788,26 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                 st[g][0] = m[g];
                 st[g][1] = l[g];
             }
-    } else {  // the certificate's, V2_EPI_HEADS heads at a time
+    } else {  // the certificate's, Tune::epi_heads heads at a time
 #pragma unroll
-        for (int g0 = 0; g0 < G; g0 += V2_EPI_HEADS) {
-            float M2[V2_EPI_HEADS];
+        for (int g0 = 0; g0 < G; g0 += Tune::epi_heads) {
+            float M2[Tune::epi_heads];
 #pragma unroll
-            for (int j = 0; j < V2_EPI_HEADS; ++j) M2[j] = g0 + j < G ? m2[g0 + j] : 0.0f;
+            for (int j = 0; j < Tune::epi_heads; ++j) M2[j] = g0 + j < G ? m2[g0 + j] : 0.0f;
 #pragma unroll
             for (int off = 16; off > 0; off >>= 1)
 #pragma unroll
-                for (int j = 0; j < V2_EPI_HEADS; ++j)
+                for (int j = 0; j < Tune::epi_heads; ++j)
                     if (g0 + j < G) M2[j] = fmaxf(M2[j], __shfl_xor_sync(0xffffffffu, M2[j], off));
 #pragma unroll
-            for (int j = 0; j < V2_EPI_HEADS; ++j) {
+            for (int j = 0; j < Tune::epi_heads; ++j) {
                 const int g = g0 + j;
                 if (g < G) l2[g] = m2[g] == -INFINITY ? 0.0f : l2[g] * exp2f(m2[g] - M2[j]);
             }
 #pragma unroll
             for (int off = 16; off > 0; off >>= 1)
 #pragma unroll
-                for (int j = 0; j < V2_EPI_HEADS; ++j) {
+                for (int j = 0; j < Tune::epi_heads; ++j) {
                     const int g = g0 + j;
                     if (g < G) {
                         l2[g] += __shfl_xor_sync(0xffffffffu, l2[g], off);
@@ -811,7 +816,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                 }
             if (lane == 0)
 #pragma unroll
-                for (int j = 0; j < V2_EPI_HEADS; ++j) {
+                for (int j = 0; j < Tune::epi_heads; ++j) {
                     const int g = g0 + j;
                     if (g < G) {
                         st[g][2] = cmx[g] == INFINITY ? INFINITY : M2[j];

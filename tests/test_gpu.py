@@ -1039,11 +1039,11 @@ def test_plain_instantiation_gives_the_general_one_s_bits(G, bits, page, monkeyp
     (request, kv head) pairs and the split from there.  Certified (Tier B) and not, over ragged
     lengths, an empty request, one-token and one-tile requests and split counts that cut pages:
     the sides give the general instantiation's bits, and the split gives them too where the general
-    one's dot products are blocked by chunk as the split's are (V2_BLOCKED_DOT: up to G = 6; from
+    one's dot products are blocked by chunk as the split's are (V2Tuning::blocked_dot: up to G = 6; from
     G = 7 the general one sums one chain, and the split agrees within fp32 rounding).  A batch of
     16 pairs takes the split, and each of its requests gets the bits it gets in the smaller batch.
     (G = 5 and 6 at 24 bits: the split's instantiations that take two chunks a step,
-    V2_SPLIT_UNROLL.)  The small batch on the sides at every G (V2_SPLIT_MIN_G off: test_split_serves_small_batches_of_one_tile_splits_from_g_5 covers
+    V2Tuning::split_unroll.)  The small batch on the sides at every G (V2_SPLIT_MIN_G off: test_split_serves_small_batches_of_one_tile_splits_from_g_5 covers
     that rule)."""
     monkeypatch.setattr(_cuda.geometry, "V2_SPLIT_MIN_G", 99)
     H, d = 2, 128
