@@ -3,6 +3,7 @@
 backends) on the same shapes.
 
     PYTHONPATH=. python3 bench/decode.py [--quick | --shapes 32/28/4/32768,...] [--out bench/results]
+    PYTHONPATH=. python3 bench/decode.py --configs [--shapes ...]   # the configuration axis
 
 Method (docs/performance.md): correctness against a float64 reference before timing; every method is
 captured in a CUDA graph that calls it once per rotated buffer (the buffers together are several
@@ -128,25 +129,33 @@ def rotations(bytes_one, l2):
     return int(max(1, min(16, math.ceil(3 * l2 / max(bytes_one, 1)))))
 
 
-def rotated_tables(B, hq, npg, page, rot):
+def rotated_tables(B, hq, npg, page, rot, d=D):
     """Page tables and queries for ``rot`` disjoint copies of a batch of B requests of npg pages."""
     tables, qs = [], []
     for r in range(rot):
         base = r * B * npg
         tables.append((cp.arange(0, B * npg + 1, npg, dtype=cp.int32),
                        cp.arange(base, base + B * npg, dtype=cp.int32), cp.full(B, page, cp.int32)))
-        qs.append(cp.asarray(np.random.default_rng(r).standard_normal((B, hq, D)).astype(np.float32)))
+        qs.append(cp.asarray(np.random.default_rng(r).standard_normal((B, hq, d)).astype(np.float32)))
     return tables, qs
 
 
 class Int8Case:
-    """A pool with ``rot`` disjoint copies of a (B, Hkv, ctx) batch: random valid codes and scales."""
+    """A pool with ``rot`` disjoint copies of a (B, Hkv, ctx) batch: random valid codes and scales.
 
-    def __init__(self, B, hq, hkv, ctx, page, rot):
+    ``cfg`` (default: 8-bit dither, group 32, head dim ``d``) sets the layout: witness bands and
+    outlier pairs are stored (their contents do not change the work); ``exact_frac`` pages every
+    ``1/exact_frac``-th page of each request and kv head into the exact tier (served exactly)."""
+
+    def __init__(self, B, hq, hkv, ctx, page, rot, d=D, cfg=None, exact_frac=0.0):
         npg = ctx // page
-        self.B, self.hq, self.hkv, self.ctx, self.rot = B, hq, hkv, ctx, rot
-        self.cfg = wc.QuantConfig(D, dither_bits=8, seed=1234)
-        self.pool = wc.KVPool(1, hkv, D, B * npg * rot, page, self.cfg, backend="cuda")
+        self.B, self.hq, self.hkv, self.ctx, self.rot, self.d = B, hq, hkv, ctx, rot, d
+        self.cfg = cfg if cfg is not None else wc.QuantConfig(d, dither_bits=8, seed=1234)
+        total = B * npg * rot
+        step = max(1, int(round(1 / exact_frac))) if exact_frac else 0
+        n_exact = hkv * len(range(0, total, step)) if exact_frac else 0
+        self.pool = wc.KVPool(1, hkv, d, total, page, self.cfg, backend="cuda", keep_exact=bool(n_exact),
+                              exact_tier_pages=n_exact)
         p = self.pool
         # random valid codes and scales, written block by block (a whole-pool int32 temporary
         # would not fit at the largest shapes); contents do not change the timing
@@ -158,16 +167,20 @@ class Int8Case:
             for off in range(0, arr.size, src.size):
                 n = min(src.size, arr.size - off)
                 arr[off:off + n] = src[:n]
-        self.tables, self.q = rotated_tables(B, hq, npg, page, rot)
+        if n_exact:
+            for h in range(hkv):
+                for pg in range(0, total, step):
+                    p.page_in(0, h, pg)
+        self.tables, self.q = rotated_tables(B, hq, npg, page, rot, d)
 
     def bytes_moved(self):
         return self.B * self.hkv * self.ctx * 2 * self.cfg.bytes_per_token_side()
 
-    def plans(self, bits, cert, unroll=0, stage1="auto", num_splits=None):
+    def plans(self, bits, cert, unroll=0, stage1="auto", num_splits=None, tier="B", max_pages=0):
         self.pool.config = dataclasses.replace(self.cfg, dither_bits=bits)
-        c = wc.CertConfig(tier="B", num_layers=32, steps=1024) if cert else None
-        return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), c, num_splits, unroll,
-                                    stage1=stage1) for r in range(self.rot)]
+        c = wc.CertConfig(tier=tier, num_layers=32, steps=1024) if cert else None
+        return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(self.d), c, num_splits, unroll,
+                                    max_pages=max_pages, stage1=stage1) for r in range(self.rot)]
 
     def reference_o(self, r=0, b=0):
         """float64 attention of request b of rotation r over the reconstructed values: o [Hq, D]
@@ -175,18 +188,27 @@ class Int8Case:
         ip, ix, _ = self.tables[r]
         first = int(ix[int(ip[b].get())].get())
         slots = cp.arange(self.ctx, dtype=cp.int64) + first * self.pool.page_size
-        kh = self.pool.dequantized(0, slots, "k").astype(cp.float64)  # [S, Hkv, D]
+        kh = self.pool.dequantized(0, slots, "k").astype(cp.float64)  # [S, Hkv, d]
         vh = self.pool.dequantized(0, slots, "v").astype(cp.float64)
+        tm = getattr(self.pool, "tier_map", None)
+        if tm is not None:  # pages served exactly read the backing store's rows
+            ps = self.pool.page_size
+            for j in range(self.ctx // ps):
+                for h in range(self.hkv):
+                    if tm[0, h, first + j] >= 0:
+                        rows = slice((first + j) * ps, (first + j + 1) * ps)
+                        kh[j * ps:(j + 1) * ps, h] = cp.asarray(self.pool.exact[0, 0, h, rows], cp.float64)
+                        vh[j * ps:(j + 1) * ps, h] = cp.asarray(self.pool.exact[0, 1, h, rows], cp.float64)
         G = self.hq // self.hkv
-        q = self.q[r][b].astype(cp.float64).reshape(self.hkv, G, D)
-        lg = cp.einsum("hgd,shd->hgs", q, kh) / math.sqrt(D)
+        q = self.q[r][b].astype(cp.float64).reshape(self.hkv, G, self.d)
+        lg = cp.einsum("hgd,shd->hgs", q, kh) / math.sqrt(self.d)
         p = cp.exp(lg - lg.max(-1, keepdims=True))
         p /= p.sum(-1, keepdims=True)
-        return cp.einsum("hgs,shd->hgd", p, vh).reshape(self.hq, D)
+        return cp.einsum("hgs,shd->hgd", p, vh).reshape(self.hq, self.d)
 
-    def check(self, bits, cert, stage1="auto", num_splits=None):
+    def check(self, bits, cert, stage1="auto", num_splits=None, tier="B", max_pages=0):
         """Request 0 of rotation 0 against float64 attention over the reconstructed values."""
-        plan = self.plans(bits, cert, stage1=stage1, num_splits=num_splits)[0]
+        plan = self.plans(bits, cert, stage1=stage1, num_splits=num_splits, tier=tier, max_pages=max_pages)[0]
         plan.launch()
         res = plan.result()
         o = self.reference_o()
@@ -201,7 +223,7 @@ class Fp16Case(Int8Case):
 
     def __init__(self, B, hq, hkv, ctx, page, rot):
         npg = ctx // page
-        self.B, self.hq, self.hkv, self.ctx, self.rot = B, hq, hkv, ctx, rot
+        self.B, self.hq, self.hkv, self.ctx, self.rot, self.d = B, hq, hkv, ctx, rot, D
         self.pool = wc.Fp16Pool(1, hkv, D, B * npg * rot, page, backend="cuda")
         cp.random.seed(1)
         blk = cp.random.standard_normal(1 << 24, dtype=cp.float32).astype(cp.float16)
@@ -214,7 +236,7 @@ class Fp16Case(Int8Case):
     def bytes_moved(self):
         return self.B * self.hkv * self.ctx * 2 * 2 * D
 
-    def plans(self, bits=None, cert=False, stage1="auto", num_splits=None):
+    def plans(self, bits=None, cert=False, stage1="auto", num_splits=None, **_):
         return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), None, num_splits,
                                     stage1=stage1) for r in range(self.rot)]
 
@@ -256,12 +278,12 @@ def clock_note(timed):
     return f" [SM {mid:.0f} MHz{rng}{why}]"
 
 
-def sdpa_case(B, hq, hkv, ctx, rot):
+def sdpa_case(B, hq, hkv, ctx, rot, d=D):
     import torch
 
-    ks = [torch.randn(B, hkv, ctx, D, device="cuda", dtype=torch.float16) for _ in range(rot)]
-    vs = [torch.randn(B, hkv, ctx, D, device="cuda", dtype=torch.float16) for _ in range(rot)]
-    qs = [torch.randn(B, hq, 1, D, device="cuda", dtype=torch.float16) for _ in range(rot)]
+    ks = [torch.randn(B, hkv, ctx, d, device="cuda", dtype=torch.float16) for _ in range(rot)]
+    vs = [torch.randn(B, hkv, ctx, d, device="cuda", dtype=torch.float16) for _ in range(rot)]
+    qs = [torch.randn(B, hq, 1, d, device="cuda", dtype=torch.float16) for _ in range(rot)]
     outs = [None] * rot
     F = torch.nn.functional
 
@@ -273,9 +295,9 @@ def sdpa_case(B, hq, hkv, ctx, rot):
     o = F.scaled_dot_product_attention(qs[0], ks[0], vs[0], enable_gqa=True)[:1]
     kk = ks[0][:1].double().repeat_interleave(hq // hkv, 1)
     vv = vs[0][:1].double().repeat_interleave(hq // hkv, 1)
-    ref = torch.softmax(qs[0][:1].double() @ kk.transpose(-1, -2) / math.sqrt(D), -1) @ vv
+    ref = torch.softmax(qs[0][:1].double() @ kk.transpose(-1, -2) / math.sqrt(d), -1) @ vv
     err = float((o.double() - ref).norm() / ref.norm())
-    return [mk(r) for r in range(rot)], err, B * hkv * ctx * 2 * 2 * D
+    return [mk(r) for r in range(rot)], err, B * hkv * ctx * 2 * 2 * d
 
 
 def main():
@@ -286,6 +308,9 @@ def main():
     ap.add_argument("--sweep", action="store_true", help="tokens-per-step (U) sweep of the INT8 kernel only")
     ap.add_argument("--splits", action="store_true",
                     help="split-count sweep of the certified INT8 decode at small batches (the default beside)")
+    ap.add_argument("--configs", action="store_true",
+                    help="the configuration axis (witness, outliers, exact tier, page contributions, 16/24-bit, "
+                         "head dims, page 1, G) beside SDPA and FlashInfer; --shapes picks the shapes")
     ap.add_argument("--shapes", default=None,
                     help="B/Hq/Hkv/context,... : the full sweep's protocol on these shapes only (page size 16)")
     args = ap.parse_args()
@@ -295,6 +320,8 @@ def main():
         return sweep(args)
     if args.splits:
         return split_sweep(args)
+    if args.configs:
+        return config_sweep(args)
 
     batches, heads, ctxs = [1, 8, 32], [(32, 8), (28, 4)], [4096, 32768, 131072]
     bits_list = [8, 16, 24]
@@ -392,6 +419,167 @@ def main():
         print(f"{r['method']:<18}{r['batch']:>4}{str(r['hq']) + '/' + str(r['hkv']):>8}{r['context']:>8}"
               f"{str(r['page_size'] or '-'):>4}{str(r['dither_bits'] or '-'):>5}{str(r['cert']):>6}"
               f"{r['us']:>10.1f}{r['gbps']:>8.0f}{r['ratio_sdpa']:>7.2f}")
+
+
+# the configuration axis (--configs): what each row of the product's configurations table runs.
+# name -> (QuantConfig overrides, certificate tier or None, per-page contributions, exact fraction)
+CONFIGS = {
+    "tier_b_8": ({}, "B", False, 0.0),
+    "uncertified_8": ({}, None, False, 0.0),
+    "tier_b_16": ({"dither_bits": 16}, "B", False, 0.0),
+    "tier_b_24": ({"dither_bits": 24}, "B", False, 0.0),
+    "witness_ab_16": ({"witness_bands": 16}, "AB", False, 0.0),
+    "outliers_2": ({"n_outlier_pairs": 2}, "B", False, 0.0),
+    "exact_tier_1pct": ({}, "B", False, 0.01),
+    "page_contributions": ({}, "B", True, 0.0),
+}
+
+
+def config_case(name, B, hq, hkv, ctx, l2, d=D, page=PAGE):
+    """An :class:`Int8Case` in configuration ``name`` of :data:`CONFIGS`."""
+    over, _, _, exact = CONFIGS[name]
+    over = dict(over)
+    kw = {"dither_bits": over.pop("dither_bits", 8), "seed": 1234, **over}
+    n_pairs = kw.pop("n_outlier_pairs", 0)
+    if n_pairs:  # the first n pairs of every kv head stored exactly
+        kw["outlier_pairs"] = np.tile(np.arange(n_pairs), (1, hkv, 1))
+    cfg = wc.QuantConfig(d, **kw)
+    per_token = 2 * cfg.bytes_per_token_side()
+    return Int8Case(B, hq, hkv, ctx, page, rotations(B * hkv * ctx * per_token, l2), d=d, cfg=cfg,
+                    exact_frac=exact)
+
+
+def flashinfer_fns(B, hq, hkv, ctx, l2, kv_dtype):
+    """FlashInfer's tensor-core paged decode (page 16) on rotated caches of ``kv_dtype`` (fp16 or
+    fp8 e4m3, no scale): its launches and its error against float64 attention over the stored
+    values, or None when flashinfer is not importable."""
+    try:
+        import flashinfer
+    except ImportError:
+        return None
+    import torch
+
+    npg = ctx // PAGE
+    bytes_one = B * hkv * ctx * 2 * D * torch.empty((), dtype=kv_dtype).element_size()
+    rot = rotations(bytes_one, l2)
+    ws = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
+    w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
+    indptr = torch.arange(0, B * npg + 1, npg, dtype=torch.int32, device="cuda")
+    indices = torch.arange(B * npg, dtype=torch.int32, device="cuda")
+    last = torch.full((B,), PAGE, dtype=torch.int32, device="cuda")
+    w.plan(indptr, indices, last, hq, hkv, D, PAGE, pos_encoding_mode="NONE", q_data_type=torch.float16,
+           kv_data_type=kv_dtype)
+    caches = [(torch.randn(B * npg, PAGE, hkv, D, device="cuda", dtype=torch.float16).to(kv_dtype),
+               torch.randn(B * npg, PAGE, hkv, D, device="cuda", dtype=torch.float16).to(kv_dtype))
+              for _ in range(rot)]
+    qs = [torch.randn(B, hq, D, device="cuda", dtype=torch.float16) for _ in range(rot)]
+    outs = [None] * rot
+
+    def mk(r):
+        def f():
+            outs[r] = w.run(qs[r], caches[r], k_scale=1.0, v_scale=1.0)
+        return f
+
+    o = w.run(qs[0], caches[0], k_scale=1.0, v_scale=1.0)[0].double()  # request 0: [Hq, D]
+    k = caches[0][0][:npg].double().reshape(ctx, hkv, D).repeat_interleave(hq // hkv, 1)
+    v = caches[0][1][:npg].double().reshape(ctx, hkv, D).repeat_interleave(hq // hkv, 1)
+    p = torch.softmax(torch.einsum("hd,shd->hs", qs[0][0].double(), k) / math.sqrt(D), -1)
+    ref = torch.einsum("hs,shd->hd", p, v)
+    err = float((o - ref).norm() / ref.norm())
+    return [mk(r) for r in range(rot)], err, bytes_one, rot
+
+
+def config_sweep(args):
+    """The configuration axis, side by side in one process per shape: torch SDPA fp16, FlashInfer's
+    fp16 and fp8 tensor-core decode (when importable), and our decode in every configuration of
+    :data:`CONFIGS`, plus the fp16 store; then head dims 64 and 256, page 1 and the GQA group sizes
+    G in {1, 2, 4, 7, 8} (certified Tier B, 8-bit).  Writes ``decode-configs.json``."""
+    import torch
+
+    l2 = l2_bytes()
+    rows = []
+    shapes = parse_shapes(args.shapes) if args.shapes else ((8, 32, 8, 32768), (8, 28, 4, 32768), (1, 32, 8, 4096))
+
+    def sdpa(B, hq, hkv, ctx, d=D):
+        fns, err, nbytes = sdpa_case(B, hq, hkv, ctx, rotations(B * hkv * ctx * 2 * 2 * d, l2), d)
+        assert err < 2e-3, f"SDPA check failed: {err}"
+        t = time_torch(fns, args.reps)
+        del fns
+        torch.cuda.empty_cache()
+        return t[0]
+
+    def ours(label, case, sdpa_us, bits, tier, max_pages, **shape):
+        err = case.check(bits, tier is not None, tier=tier or "B", max_pages=max_pages)
+        assert err < 1e-4, f"decode check failed ({label}): {err}"
+        plans = case.plans(bits, tier is not None, tier=tier or "B", max_pages=max_pages)
+        t = time_cupy([p.launch for p in plans], args.reps)
+        rows.append(dict(config=label, kernel=plans[0].kernel_name, **shape, us=t[0], ratio_sdpa=t[0] / sdpa_us,
+                         gbps=case.bytes_moved() / t[0] / 1e3, rel_err_vs_fp64=err, clocks=t.clocks))
+        print(f"    {label:<22} ({plans[0].kernel_name}): {t[0]:8.1f} us  {t[0] / sdpa_us:5.2f}x SDPA"
+              f"{clock_note(t)}", file=sys.stderr, flush=True)
+
+    for i, (B, hq, hkv, ctx) in enumerate(shapes):
+        print(f"[decode --configs] shape {i + 1}/{len(shapes)}: B={B} Hq/Hkv={hq}/{hkv} ctx={ctx}",
+              file=sys.stderr, flush=True)
+        shape = dict(batch=B, hq=hq, hkv=hkv, context=ctx, head_dim=D, page_size=PAGE)
+        sdpa_us = sdpa(B, hq, hkv, ctx)
+        rows.append(dict(config="torch_sdpa_fp16", **shape, us=sdpa_us, ratio_sdpa=1.0))
+        for name, dt in (("flashinfer_fp16", torch.float16), ("flashinfer_fp8_e4m3", torch.float8_e4m3fn)):
+            fi = flashinfer_fns(B, hq, hkv, ctx, l2, dt)
+            if fi is None:
+                continue
+            fns, err, nbytes, _ = fi
+            assert err < (2e-3 if dt == torch.float16 else 2e-2), f"{name} check failed: {err}"
+            t = time_torch(fns, args.reps)
+            rows.append(dict(config=name, **shape, us=t[0], ratio_sdpa=t[0] / sdpa_us, gbps=nbytes / t[0] / 1e3,
+                             rel_err_vs_fp64=err))
+            print(f"    {name:<22}: {t[0]:8.1f} us  {t[0] / sdpa_us:5.2f}x SDPA", file=sys.stderr, flush=True)
+            del fns, fi
+            torch.cuda.empty_cache()
+        for name, (over, tier, contrib, _) in CONFIGS.items():
+            case = config_case(name, B, hq, hkv, ctx, l2)
+            ours(name, case, sdpa_us, case.cfg.dither_bits, tier, ctx // PAGE if contrib else 0, **shape)
+            case = None
+            cp.get_default_memory_pool().free_all_blocks()
+        case = Fp16Case(B, hq, hkv, ctx, PAGE, rotations(B * hkv * ctx * 512, l2))
+        ours("fp16_store", case, sdpa_us, None, None, 0, **shape)
+        case = None
+        cp.get_default_memory_pool().free_all_blocks()
+        write_rows_json(args.out, "decode-configs", rows)
+
+    # the other axes at the first shape's batch and context (certified Tier B, 8-bit)
+    B, ctx = shapes[0][0], shapes[0][3]
+    print(f"[decode --configs] head dims, page 1 and G at B={B} ctx={ctx}", file=sys.stderr, flush=True)
+    for d in (64, 256):
+        sdpa_us = sdpa(B, 32, 8, ctx, d)
+        shape = dict(batch=B, hq=32, hkv=8, context=ctx, head_dim=d, page_size=PAGE)
+        rows.append(dict(config="torch_sdpa_fp16", **shape, us=sdpa_us, ratio_sdpa=1.0))
+        ours(f"tier_b_8_d{d}", config_case("tier_b_8", B, 32, 8, ctx, l2, d=d), sdpa_us, 8, "B", 0, **shape)
+        cp.get_default_memory_pool().free_all_blocks()
+    for hq, hkv in ((8, 8), (16, 8), (32, 8), (28, 4), (64, 8)):
+        sdpa_us = sdpa(B, hq, hkv, ctx)
+        shape = dict(batch=B, hq=hq, hkv=hkv, context=ctx, head_dim=D, page_size=PAGE)
+        rows.append(dict(config="torch_sdpa_fp16", **shape, us=sdpa_us, ratio_sdpa=1.0))
+        fi = flashinfer_fns(B, hq, hkv, ctx, l2, torch.float8_e4m3fn)
+        if fi is not None:
+            t = time_torch(fi[0], args.reps)
+            rows.append(dict(config="flashinfer_fp8_e4m3", **shape, us=t[0], ratio_sdpa=t[0] / sdpa_us,
+                             rel_err_vs_fp64=fi[1]))
+            print(f"    G={hq // hkv} flashinfer_fp8_e4m3: {t[0]:8.1f} us  {t[0] / sdpa_us:5.2f}x SDPA",
+                  file=sys.stderr, flush=True)
+            del fi
+            torch.cuda.empty_cache()
+        ours(f"tier_b_8_G{hq // hkv}", config_case("tier_b_8", B, hq, hkv, ctx, l2), sdpa_us, 8, "B", 0, **shape)
+        if (hq, hkv) == (32, 8):
+            shape1 = dict(shape, page_size=1)
+            ours("tier_b_8_page1", config_case("tier_b_8", B, hq, hkv, ctx, l2, page=1), sdpa_us, 8, "B", 0,
+                 **shape1)
+        cp.get_default_memory_pool().free_all_blocks()
+    write_rows_json(args.out, "decode-configs", rows)
+    print(f"{'config':<24}{'B':>4}{'hq/hkv':>8}{'ctx':>8}{'d':>5}{'pg':>4}{'us':>10}{'/sdpa':>7}")
+    for r in rows:
+        print(f"{r['config']:<24}{r['batch']:>4}{str(r['hq']) + '/' + str(r['hkv']):>8}{r['context']:>8}"
+              f"{r['head_dim']:>5}{r['page_size']:>4}{r['us']:>10.1f}{r['ratio_sdpa']:>7.2f}")
 
 
 def write_rows_json(out_dir, stem, rows):
