@@ -33,6 +33,8 @@ fi
 echo "== benchmarks"
 python3 bench/decode.py --shapes 8/32/8/32768,8/28/4/32768,1/32/8/4096,32/32/8/32768 --reps 20 --out "$OUT" \
   > "$OUT/bench_decode.log" 2>&1; tail -4 "$OUT/bench_decode.log"
+python3 bench/decode.py --configs --reps 20 --out "$OUT" > "$OUT/bench_decode_configs.log" 2>&1
+tail -3 "$OUT/bench_decode_configs.log"
 python3 bench/write.py --out "$OUT" > "$OUT/bench_write.log" 2>&1; tail -3 "$OUT/bench_write.log"
 python3 bench/extend.py --out "$OUT" > "$OUT/bench_extend.log" 2>&1; tail -3 "$OUT/bench_extend.log"
 python3 bench/telemetry_gate.py --out "$OUT" > "$OUT/bench_telemetry_gate.log" 2>&1; tail -3 "$OUT/bench_telemetry_gate.log"
