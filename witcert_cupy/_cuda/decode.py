@@ -16,6 +16,68 @@ from .geometry import V2_PLAIN_GROUP_SIZE, V2_THREADS, V2_TILE, _resident_ctas, 
 from .launch import _i32, _pdl, bind_merge, launch_query
 from .pdl import Launcher
 
+
+def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unroll, group_size, num_bands,
+                  outlier_channels, tier, certified, requested="auto"):
+    """The stage-1 kernel of a decode step, the one place it is chosen.
+
+    Parameters
+    ----------
+    fp16_store : bool
+        The pool stores fp16 rows (``Fp16Pool``) rather than dithered INT8.
+    bits : int
+        Dither bits of an INT8 pool (8, 16 or 24).
+    head_dim, group_size, num_bands, outlier_channels : int
+        The pool's layout: head dim, scale-group size, witness bands, exactly stored channels per row.
+    exact_tier, page_outputs : bool
+        The pool has an exact tier; the step asks for per-page contributions.
+    unroll : int
+        The general kernel's tokens per lane group (0: its default).
+    tier : int
+        ``certificate.tier_code`` of the step's certificate (bit 0: a Tier-A term).
+    certified : bool
+        The step carries a certificate.
+    requested : {'auto', 'v1', 'v2', 'f16'}
+        ``'auto'`` for the library's choice; a name forces that kernel (benchmarks, tests).
+
+    Returns
+    -------
+    (str, bool)
+        ``'f16'`` (``decode_stage1_f16``), ``'v2'`` (``decode_stage1_v2``) or ``'v1'``
+        (``decode_stage1``, which serves everything), and whether the staged-tile kernel's PLAIN
+        layout (INT8, Tier B, no outlier channels, 32-channel groups) applies.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``requested`` or a forced kernel that does not serve the step.
+    """
+    if requested not in ("auto", "v1", "v2", "f16"):
+        raise ValueError(f"stage1 must be 'auto', 'v1', 'v2' or 'f16', got {requested!r}")
+    # the staged-tile kernel serves the common cases: INT8 (8-, 16- or 24-bit dither) or fp16
+    # stores; d = 128, no exact tier, no per-page output, default unroll (decode_v2.cu)
+    v2_ok = ((fp16_store or bits in (8, 16, 24)) and head_dim == 128 and not exact_tier and not page_outputs
+             and unroll == 0 and 128 // group_size <= 8 and group_size & (group_size - 1) == 0 and num_bands <= 64)
+    plain = (not fp16_store and outlier_channels == 0 and group_size == V2_PLAIN_GROUP_SIZE and not tier & 1)
+    # fp16 stores: the one-warp pipelined kernel (decode_f16.cu) under the same conditions
+    f16_ok = fp16_store and v2_ok
+    if requested == "v2" and not v2_ok:
+        raise ValueError("decode_stage1_v2 serves d=128 pools (INT8 or fp16 stores) with no exact tier and "
+                         "no page contributions")
+    if requested == "f16" and not f16_ok:
+        raise ValueError("decode_stage1_f16 serves d=128 fp16 stores with no page contributions")
+    if requested != "auto":
+        return requested, plain
+    # a certified step needs the kernel's own evaluation term in c_t (SPEC §4.1): decode_stage1 and
+    # PLAIN carry it; the staged kernels' other layouts and decode_f16 do not yet (asked for by name,
+    # they report "no guarantee"), so the library's choice for those is decode_stage1
+    if f16_ok and not certified:
+        return "f16", plain
+    if v2_ok and (not certified or plain):
+        return "v2", plain
+    return "v1", plain
+
+
 class DecodePlan:
     """One decode step on the GPU with every buffer allocated up front: :meth:`launch` only launches
     kernels (stage 1, the merge with the certificate, and telemetry), so it can be timed with events or
@@ -51,30 +113,11 @@ class DecodePlan:
         G = Hq // p.num_kv_heads
         logb = cert_mod.log_budget(cert, Hq, p.num_layers) if cert is not None else np.float32(0)
         P = max(0, int(max_pages))
-        # the staged-tile kernel serves the common cases: INT8 (8-, 16- or 24-bit dither) or fp16
-        # stores; d = 128, no exact tier, no per-page output, default unroll (decode_v2.cu);
-        # decode_stage1 serves everything
-        v2_ok = ((dev.fp16_store or bits in (8, 16, 24)) and d == 128 and p.tier_map_dev is None and P == 0
-                 and unroll == 0 and 128 // gs <= 8 and gs & (gs - 1) == 0 and dev.num_bands <= 64)
-        # its PLAIN layout (INT8, Tier B, no outlier channels, 32-channel groups)
-        plain = (not dev.fp16_store and bypass.shape[-1] == 0 and gs == V2_PLAIN_GROUP_SIZE
-                 and not cert_mod.tier_code(cert) & 1)
-        # fp16 stores: the one-warp pipelined kernel (decode_f16.cu) under the same conditions
-        f16_ok = dev.fp16_store and v2_ok
-        # a certified step needs the kernel's own evaluation term in c_t (SPEC §4.1): decode_stage1
-        # and PLAIN carry it; the staged kernels' other layouts and decode_f16 do not yet (asked for
-        # by name, they report "no guarantee"), so the library's choice for those is decode_stage1
-        auto_v2 = v2_ok and (cert is None or plain)
-        auto_f16 = f16_ok and cert is None
-        if stage1 not in ("auto", "v1", "v2", "f16"):
-            raise ValueError(f"stage1 must be 'auto', 'v1', 'v2' or 'f16', got {stage1!r}")
-        if stage1 == "v2" and not v2_ok:
-            raise ValueError("decode_stage1_v2 serves d=128 pools (INT8 or fp16 stores) with no exact tier and "
-                             "no page contributions")
-        if stage1 == "f16" and not f16_ok:
-            raise ValueError("decode_stage1_f16 serves d=128 fp16 stores with no page contributions")
-        if stage1 == "auto":
-            stage1 = "f16" if auto_f16 else ("v2" if auto_v2 else "v1")
+        stage1, plain = select_stage1(
+            fp16_store=dev.fp16_store, bits=bits, head_dim=d, exact_tier=p.tier_map_dev is not None,
+            page_outputs=P > 0, unroll=unroll, group_size=gs, num_bands=dev.num_bands,
+            outlier_channels=bypass.shape[-1], tier=cert_mod.tier_code(cert), certified=cert is not None,
+            requested=stage1)
         self.kernel_name = stage1
         sides = False  # decode_stage1_v2's PLAIN layout with the warps on the sides (below)
         npipe = f16_pipes() if stage1 == "f16" else 1  # splits per CTA

@@ -1,0 +1,42 @@
+"""The one place a decode step's stage-1 kernel is chosen (witcert_cupy/_cuda/decode.py,
+select_stage1): which kernel each pool and step gets, and what a forced choice refuses.  Pure
+Python, so it runs without a GPU; tests/test_gpu.py checks the plans built from it."""
+
+import pytest
+
+from witcert_cupy._cuda.decode import select_stage1
+
+BASE = dict(fp16_store=False, bits=8, head_dim=128, exact_tier=False, page_outputs=False, unroll=0,
+            group_size=32, num_bands=0, outlier_channels=0, tier=0, certified=True)
+TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
+
+
+@pytest.mark.parametrize("change, want", [
+    ({}, ("v2", True)),                                           # the default: staged tile, PLAIN
+    ({"certified": False}, ("v2", True)),
+    ({"bits": 16}, ("v2", True)), ({"bits": 24}, ("v2", True)),
+    ({"tier": TIER_A, "num_bands": 16}, ("v1", False)),           # Tier A/AB: the general kernel
+    ({"tier": TIER_A, "num_bands": 16, "certified": False}, ("v2", False)),
+    ({"outlier_channels": 4}, ("v1", False)),                     # outlier pairs, certified
+    ({"outlier_channels": 4, "certified": False}, ("v2", False)),
+    ({"exact_tier": True}, ("v1", True)),                         # every pool the gate accepts
+    ({"page_outputs": True}, ("v1", True)),                       # what the gate ranks by
+    ({"head_dim": 64, "group_size": 32}, ("v1", True)), ({"head_dim": 256}, ("v1", True)),
+    ({"unroll": 4}, ("v1", True)),
+    ({"group_size": 64}, ("v1", False)),
+    ({"fp16_store": True, "bits": 0, "certified": False}, ("f16", False)),
+    ({"fp16_store": True, "bits": 0, "tier": TIER_A}, ("v1", False)),  # a certified fp16 store
+])
+def test_the_library_s_choice(change, want):
+    assert select_stage1(**{**BASE, **change}) == want
+
+
+def test_a_forced_kernel_is_used_where_it_applies_and_refused_where_not():
+    assert select_stage1(**{**BASE, "tier": TIER_A}, requested="v2") == ("v2", False)
+    assert select_stage1(**BASE, requested="v1") == ("v1", True)
+    with pytest.raises(ValueError, match="decode_stage1_v2 serves"):
+        select_stage1(**{**BASE, "exact_tier": True}, requested="v2")
+    with pytest.raises(ValueError, match="decode_stage1_f16 serves"):
+        select_stage1(**BASE, requested="f16")
+    with pytest.raises(ValueError, match="stage1 must be"):
+        select_stage1(**BASE, requested="v3")
