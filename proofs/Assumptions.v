@@ -1,6 +1,6 @@
 (* The axioms each main theorem rests on; `make check` compares this file's output with
    assumptions.expected. *)
-From Witcert Require Import Sum EForm Tanh TierA Merge DotFloat Quant Dither.
+From Witcert Require Import Sum EForm Tanh TierA Merge DotFloat Quant Dither Shift.
 Print Assumptions e_form.
 Print Assumptions e_form_exact_weights.
 Print Assumptions tanh_bound.
@@ -16,3 +16,7 @@ Print Assumptions quantizer_error.
 Print Assumptions cosh_le_exp_sq.
 Print Assumptions dither_mgf.
 Print Assumptions union_bound.
+Print Assumptions errors_are_shifted_grid.
+Print Assumptions bias_bound.
+Print Assumptions fp32_shifted_uniform.
+Print Assumptions fp32_error_mgf.

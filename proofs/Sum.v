@@ -150,3 +150,6 @@ Proof.
     by (unfold a, b; field; lra).
   nra.
 Qed.
+
+Lemma Rabs_le_inv' x y : Rabs x <= y -> - y <= x <= y.
+Proof. intros H. unfold Rabs in H. destruct (Rcase_abs x); lra. Qed.
