@@ -163,18 +163,16 @@ Proof.
   - destruct Hnu as [Hl [Hr Hn]].
     set (k := Nat.max (height l) (height r)) in *.
     assert (Hk : INR k * u32 < 1) by (rewrite S_INR in Hh; pose proof u32_pos; nra).
-    assert (El : Rabs (fl l - exact l) <= gamma k * absum l).
-    { eapply Rle_trans; [apply IHl; [exact Hl|]|].
+    assert (Esub : forall e, no_underflow e -> (height e <= k)%nat ->
+                   (no_underflow e -> INR (height e) * u32 < 1 -> Rabs (fl e - exact e) <= gamma (height e) * absum e) ->
+                   Rabs (fl e - exact e) <= gamma k * absum e).
+    { intros e He Hle IH. eapply Rle_trans; [apply IH; [exact He|]|].
       - apply Rle_lt_trans with (INR k * u32); [|exact Hk].
-        apply Rmult_le_compat_r; [apply Rlt_le, u32_pos | apply le_INR; unfold k; lia].
-      - apply Rmult_le_compat_r; [pose proof (exact_le_absum l); pose proof (Rabs_pos (exact l)); lra|].
-        apply gamma_mono; [unfold k; lia | exact Hk]. }
-    assert (Er : Rabs (fl r - exact r) <= gamma k * absum r).
-    { eapply Rle_trans; [apply IHr; [exact Hr|]|].
-      - apply Rle_lt_trans with (INR k * u32); [|exact Hk].
-        apply Rmult_le_compat_r; [apply Rlt_le, u32_pos | apply le_INR; unfold k; lia].
-      - apply Rmult_le_compat_r; [pose proof (exact_le_absum r); pose proof (Rabs_pos (exact r)); lra|].
-        apply gamma_mono; [unfold k; lia | exact Hk]. }
+        apply Rmult_le_compat_r; [apply Rlt_le, u32_pos | apply le_INR; exact Hle].
+      - apply Rmult_le_compat_r; [pose proof (exact_le_absum e); pose proof (Rabs_pos (exact e)); lra|].
+        apply gamma_mono; [exact Hle | exact Hk]. }
+    assert (El := Esub l Hl ltac:(unfold k; lia) IHl).
+    assert (Er := Esub r Hr ltac:(unfold k; lia) IHr).
     apply one_more_rounding; [exact Hn | exact Hh | | ].
     + replace (fl l + fl r - (exact l + exact r)) with ((fl l - exact l) + (fl r - exact r)) by ring.
       eapply Rle_trans; [apply Rabs_triang|]. lra.

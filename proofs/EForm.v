@@ -53,6 +53,24 @@ Proof.
   pose proof (softmax_pos n lt i Hn). nra.
 Qed.
 
+(** The exact weights as the compressed ones reweighted: [p_i = p̃_i e^{−ε_i} / Z],
+    [ε = lt − l], [Z = Σ p̃ e^{−ε}]. *)
+Lemma softmax_reweighted n l lt i : (0 < n)%nat ->
+  softmax n l i = softmax n lt i * (exp (- (lt i - l i)) /
+                                    sumn n (fun j => softmax n lt j * exp (- (lt j - l j)))).
+Proof.
+  intros Hn. unfold softmax.
+  assert (HS : 0 < sumn n (fun j => exp (lt j))) by apply sum_exp_pos, Hn.
+  assert (HS' : 0 < sumn n (fun j => exp (l j))) by apply sum_exp_pos, Hn.
+  rewrite (sumn_ext n (fun i0 => exp (lt i0) / sumn n (fun j => exp (lt j)) * exp (- (lt i0 - l i0)))
+                       (fun i0 => / sumn n (fun j => exp (lt j)) * exp (l i0)))
+    by (intros j _; unfold Rdiv; replace (l j) with (lt j + - (lt j - l j)) at 2 by ring;
+        rewrite exp_plus; ring).
+  rewrite sumn_scal.
+  replace (exp (l i)) with (exp (lt i) * exp (- (lt i - l i))) by (rewrite <- exp_plus; f_equal; ring).
+  field. split; lra.
+Qed.
+
 (** The main theorem of §1. *)
 Theorem e_form : forall n (l lt c : nat -> R),
   (0 < n)%nat ->
@@ -69,18 +87,8 @@ Proof.
   assert (Hsum1 : sumn n pt = 1) by apply softmax_sum, Hn.
   (* p_i = pt_i · e^{−ε_i} / Z *)
   assert (HZpos : 0 < Z) by (apply sumn_pos; [exact Hn | intros; apply Rmult_lt_0_compat; [apply Hpt | apply exp_pos]]).
-  assert (Hp : forall i, softmax n l i = pt i * (exp (- eps i) / Z)).
-  { intros i. unfold Z, pt, softmax, eps.
-    assert (HS : 0 < sumn n (fun j => exp (lt j))) by apply sum_exp_pos, Hn.
-    assert (HS' : 0 < sumn n (fun j => exp (l j))) by apply sum_exp_pos, Hn.
-    rewrite (sumn_ext n (fun i0 => exp (lt i0) / sumn n (fun j => exp (lt j)) * exp (- (lt i0 - l i0)))
-                         (fun i0 => / sumn n (fun j => exp (lt j)) * exp (l i0)))
-      by (intros j _; unfold Rdiv; replace (l j) with (lt j + - (lt j - l j)) at 2 by ring;
-          rewrite exp_plus; ring).
-    rewrite sumn_scal.
-    replace (exp (l i)) with (exp (lt i) * exp (- (lt i - l i)))
-      by (rewrite <- exp_plus; f_equal; ring).
-    field. split; lra. }
+  assert (Hp : forall i, softmax n l i = pt i * (exp (- eps i) / Z))
+    by (intros i; apply softmax_reweighted, Hn).
   (* 1/A ≤ Z ≤ A *)
   assert (HA1 : 1 <= A) by (apply eform_A_ge_1; assumption).
   assert (HZle : Z <= A).

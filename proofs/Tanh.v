@@ -67,17 +67,7 @@ Proof.
   assert (Hs1 : sumn n pt = 1) by apply softmax_sum, Hn.
   assert (Hp1 : sumn n p = 1) by apply softmax_sum, Hn.
   assert (HZ : 0 < Z) by (apply sumn_pos; [exact Hn | intros; apply Rmult_lt_0_compat; [apply Hpt | apply exp_pos]]).
-  assert (Hp : forall i, p i = pt i * (exp (- eps i) / Z)).
-  { intros i. unfold p, Z, pt, softmax, eps.
-    assert (HS : 0 < sumn n (fun j => exp (lt j))) by apply sum_exp_pos, Hn.
-    assert (HS' : 0 < sumn n (fun j => exp (l j))) by apply sum_exp_pos, Hn.
-    rewrite (sumn_ext n (fun i0 => exp (lt i0) / sumn n (fun j => exp (lt j)) * exp (- (lt i0 - l i0)))
-                         (fun i0 => / sumn n (fun j => exp (lt j)) * exp (l i0)))
-      by (intros j _; unfold Rdiv; replace (l j) with (lt j + - (lt j - l j)) at 2 by ring;
-          rewrite exp_plus; ring).
-    rewrite sumn_scal.
-    replace (exp (l i)) with (exp (lt i) * exp (- (lt i - l i))) by (rewrite <- exp_plus; f_equal; ring).
-    field. split; lra. }
+  assert (Hp : forall i, p i = pt i * (exp (- eps i) / Z)) by (intros i; apply softmax_reweighted, Hn).
   set (beta := exp cmax / Z). set (s := exp (- cmax)).
   assert (Hs : 0 < s <= 1).
   { split; [apply exp_pos|]. unfold s. rewrite <- exp_0. apply exp_le.
