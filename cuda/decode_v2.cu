@@ -1,7 +1,11 @@
-// decode_v2.cu — stage 1 of the split-KV decode with staged tiles (issue 5, v2): the common case
-// of the INT8 pool (d = 128, 8-, 16- or 24-bit dither, no exact tier, no per-page output).  Same
-// contract, inputs and outputs as decode_stage1 in decode.cu (SPEC §4–6; fp32 dequant
-// x̂ = s·(k − ξ) with the exact stream), which serves every other case.
+// decode_v2.cu — stage 1 of the split-KV decode with staged tiles: the INT8 pool at d = 128 (8-,
+// 16- or 24-bit dither; outlier pairs, Tier A/AB, scale groups of 16–128, the exact tier and
+// per-page contributions on pages of at most one tile in the general layout) and uncertified fp16
+// stores.  Same contract, inputs and outputs as decode_stage1 in decode.cu (SPEC §4–6; fp32
+// dequant x̂ = s·(k − ξ) with the exact stream), which serves every other case.  The general
+// layout's certificate carries the evaluation term γ_t per token (SPEC §4.1: β's sum times
+// gamma_per_beta, the outlier channels' exact values; an exact-tier token's whole row) and tracks
+// Γ = max γ_t per lane; an exact-tier token reads the tier's fp16 rows (a branch on its page).
 //
 // decode_stage1_v2<G, BITS, PLAIN, SPLIT = PLAIN>: grid (num_splits, Hkv, B), block 64 = two warps,
 // lane = token of a 32-token tile, warp = side (K, V); each thread owns its token's whole row of its
@@ -41,8 +45,9 @@
 // head (≈ 1,150 shared wavefronts per tile, its largest cost after the arithmetic); here each K̂
 // element is used from registers by the G heads, every (token, head) is still computed once, and
 // the certificate rides on the warp that has slack (the K warp, with the dot products, sets the
-// pace).  Sum orders: each INT8 dot product blocked by 16-channel chunk up to G = 6 (each chunk
-// summed in channel order, then added in chunk order: the error of 16 + 8 terms instead of 128),
+// pace).  Sum orders: each INT8 dot product blocked by 16-channel chunk in the general layout and
+// in PLAIN up to G = 6 (each chunk summed in channel order, then added in chunk order: the error of
+// 16 + 8 terms instead of 128),
 // channel order above and for fp16 rows; token order per output channel, band and group order in
 // c_t, token order per lane in λ.
 // Shared memory: static, 19–38 KB.  Never reads out of bounds: page ids outside the pool, an
@@ -141,6 +146,15 @@ __device__ __forceinline__ void v2_f16x8(const uint4& r, bool valid, float (&x)[
     for (int e = 0; e < 8; ++e) x[e] = valid ? f16_to_f32((u16)(wd[e / 2] >> (16 * (e % 2)))) : 0.0f;
 }
 
+// sixteen fp16 values of an exact-tier row (its chunk's two 16-byte pieces) as fp32
+__device__ __forceinline__ void v2_f16x16(const u16* __restrict__ src, float (&x)[16]) {
+    float lo[8], hi[8];
+    v2_f16x8(reinterpret_cast<const uint4*>(src)[0], true, lo);
+    v2_f16x8(reinterpret_cast<const uint4*>(src)[1], true, hi);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = lo[e], x[8 + e] = hi[e];
+}
+
 // Tier B's c_t of one token for one head in log2 units (docs/certificate.md §6: the coefficients carry
 // C_EVAL_SLACK·log2 e, rounded up) from the token's scales s1 (squared: s2) over NGC groups and the
 // head's group coefficients (bq1, bq2 rows).  GUARD: a coefficient may be +inf (a query whose Σq²
@@ -149,8 +163,9 @@ __device__ __forceinline__ void v2_f16x8(const uint4& r, bool valid, float (&x)[
 // poisons the split: no bypass channels), so its c_t is finite or +inf without the check.
 template <int NGC, bool GUARD>
 __device__ __forceinline__ float v2_c_b(const float (&s1)[NGC], const float (&s2)[NGC], const float* bq1g,
-                                        const float* bq2g) {
-    float u2 = 0.0f, be = 0.0f;
+                                        const float* bq2g, float& be) {
+    float u2 = 0.0f;
+    be = 0.0f;
 #pragma unroll
     for (int gr = 0; gr < NGC; ++gr) {
         u2 += s2[gr] * bq2g[gr];
@@ -165,12 +180,20 @@ __device__ __forceinline__ float v2_c_b(const float (&s1)[NGC], const float (&s2
     const float c2 = u + be;
     return GUARD ? (c2 <= WC_F32_MAX ? c2 : INFINITY) : c2;
 }
+template <int NGC, bool GUARD>
+__device__ __forceinline__ float v2_c_b(const float (&s1)[NGC], const float (&s2)[NGC], const float* bq1g,
+                                        const float* bq2g) {
+    float be;
+    return v2_c_b<NGC, GUARD>(s1, s2, bq1g, bq2g, be);
+}
 
 // c_t of one token for every head (SPEC §4) in log2 units: Tier A from its K witness row, Tier B from
-// its K scales (NGC groups), c = min of the two; a token past the split's end counts zero scales
+// its K scales (NGC groups), c = min of the two; a token past the split's end counts zero scales.
+// be: β's sum Σ_g s_g b1_g per head (the quantized channels' evaluation term is gamma_per_beta times
+// it, SPEC §4.1), formed for every tier; Tier B's term enters c only where tier & 2.
 template <int NGC, int G, bool GUARD>
-__device__ __forceinline__ void v2_c_tier_b(const u16 (&ks)[8], bool valid, const float (*bq1)[8],
-                                            const float (*bq2)[8], float (&c)[G]) {
+__device__ __forceinline__ void v2_c_tier_b(const u16 (&ks)[8], bool valid, int tier, const float (*bq1)[8],
+                                            const float (*bq2)[8], float (&c)[G], float (&be)[G]) {
     float s1[NGC], s2[NGC];
 #pragma unroll
     for (int gr = 0; gr < NGC; ++gr) {
@@ -178,13 +201,17 @@ __device__ __forceinline__ void v2_c_tier_b(const u16 (&ks)[8], bool valid, cons
         s2[gr] = __fmul_rn(s1[gr], s1[gr]);
     }
 #pragma unroll
-    for (int g = 0; g < G; ++g) c[g] = fminf(c[g], v2_c_b<NGC, GUARD>(s1, s2, bq1[g], bq2[g]));
+    for (int g = 0; g < G; ++g) {
+        const float cb = v2_c_b<NGC, GUARD>(s1, s2, bq1[g], bq2[g], be[g]);
+        if (tier & 2) c[g] = fminf(c[g], cb);
+    }
 }
 
 template <int G, bool FP16, bool GUARD>
 __device__ __forceinline__ void v2_token_c(const u16 (&ks)[8], bool valid, int NG, int tier, int NB,
                                            const u16* __restrict__ wrow, const float (*a_band)[64],
-                                           const float (*bq1)[8], const float (*bq2)[8], float (&c)[G]) {
+                                           const float (*bq1)[8], const float (*bq2)[8], float (&c)[G],
+                                           float (&be)[G]) {
 #pragma unroll
     for (int g = 0; g < G; ++g) c[g] = INFINITY;
     if (tier & 1) {  // Σ_b a_b w_{t,b} per head, band order
@@ -199,12 +226,14 @@ __device__ __forceinline__ void v2_token_c(const u16 (&ks)[8], bool valid, int N
 #pragma unroll
         for (int g = 0; g < G; ++g) c[g] = ca[g] <= WC_F32_MAX ? ca[g] : INFINITY;  // (a_band carries the slack)
     }
-    if (!FP16 && (tier & 2)) {  // (an Fp16Pool has Tier A only) the group count is a power of two
+#pragma unroll
+    for (int g = 0; g < G; ++g) be[g] = 0.0f;
+    if (!FP16 && tier) {  // (an Fp16Pool has Tier A only) the group count is a power of two
         switch (NG) {
-            case 8: v2_c_tier_b<8, G, GUARD>(ks, valid, bq1, bq2, c); break;
-            case 4: v2_c_tier_b<4, G, GUARD>(ks, valid, bq1, bq2, c); break;
-            case 2: v2_c_tier_b<2, G, GUARD>(ks, valid, bq1, bq2, c); break;
-            default: v2_c_tier_b<1, G, GUARD>(ks, valid, bq1, bq2, c); break;
+            case 8: v2_c_tier_b<8, G, GUARD>(ks, valid, tier, bq1, bq2, c, be); break;
+            case 4: v2_c_tier_b<4, G, GUARD>(ks, valid, tier, bq1, bq2, c, be); break;
+            case 2: v2_c_tier_b<2, G, GUARD>(ks, valid, tier, bq1, bq2, c, be); break;
+            default: v2_c_tier_b<1, G, GUARD>(ks, valid, tier, bq1, bq2, c, be); break;
         }
     }
 }
@@ -213,22 +242,29 @@ __device__ __forceinline__ void v2_token_c(const u16 (&ks)[8], bool valid, int N
 // 6–8): the largest count whose cap (65536 / (64·n) registers) ptxas meets without spilling —
 // 8 (128 registers) up to G = 3 and for fp16 rows up to G = 4, else 6 (168); INT8 at G = 8 needs
 // 180 (a bound of 5 still caps at 168 and spills), so 4, which still runs 5 per SM.  (7 at G = 4,
-// 128 registers with one chunk per K step, measured 12% slower: docs/performance.md.)
-__host__ __device__ constexpr int v2_min_blocks(int G, bool fp16) {
-    return G <= 3 ? 8 : (fp16 ? (G <= 4 ? 8 : 6) : (G <= 7 ? 6 : 4));
+// 128 registers with one chunk per K step, measured 12% slower: docs/performance.md.)  The
+// general layout of an INT8 pool (outlier channels, Tier A, the exact tier, per-token γ_t) holds
+// more state through the loop: 6 up to G = 3 (8 spills 12–20 bytes) and 4 at G = 4 (6 and 5 spill
+// 8 bytes at 16 bits; it takes 177 registers, which still run 5 per SM).
+__host__ __device__ constexpr int v2_min_blocks(int G, bool fp16, bool plain) {
+    return (!fp16 && !plain && G <= 4) ? (G <= 3 ? 6 : 4)
+                                       : (G <= 3 ? 8 : (fp16 ? (G <= 4 ? 8 : 6) : (G <= 7 ? 6 : 4)));
 }
 
 // BITS = 0: the pool stores fp16 rows (Fp16Pool: a scheme's x̂ or the exact values, Tier A only);
 // the rows are converted to fp32 instead of dequantized (`codes` then points at the fp16 values).
 template <int G, int BITS, bool PLAIN, bool SPLIT = PLAIN>
-__global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decode_stage1_v2(
+__global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0, PLAIN)) decode_stage1_v2(
     const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
     const u16* __restrict__ outl, const u16* __restrict__ wit, const int* __restrict__ bypass_ch,
     const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
     const int* __restrict__ kv_last_page_len, float* __restrict__ o_part, float* __restrict__ lse_part,
-    float* __restrict__ lam_part, float* __restrict__ cmax_part, float* __restrict__ gam_part, i64 N, int H, int layer,
-    int head_base, int gs_shift, int NP2, int NB, int page_shift, int num_pages, int nnz, int num_splits, int tier,
-    u32 k0, u32 k1, float sm, float log_budget, float beta_steps, float gamma_per_beta, float gamma_exact) {
+    float* __restrict__ lam_part, float* __restrict__ cmax_part, float* __restrict__ gam_part,
+    const int* __restrict__ tier_map, const u16* __restrict__ tier_k, const u16* __restrict__ tier_v,
+    float* __restrict__ page_lse, float* __restrict__ page_lam, i64 N, int H, int layer, int head_base, int gs_shift,
+    int NP2, int NB, int page_shift, int num_pages, int nnz, int num_splits, int tier, int tier_stride, int tier_cap,
+    int max_pages, u32 k0, u32 k1, float sm, float log_budget, float beta_steps, float gamma_per_beta,
+    float gamma_exact) {
     static_assert(BITS == 0 || BITS == 8 || BITS == 16 || BITS == 24, "BITS: 0 (fp16 rows), 8, 16 or 24");
     static_assert(!(PLAIN && BITS == 0), "PLAIN: INT8 pools (an Fp16Pool's certificate is Tier A)");
     static_assert(!SPLIT || PLAIN, "SPLIT: the channel split is a PLAIN layout");
@@ -237,6 +273,10 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     constexpr int D = V2_D;
     using Tune = V2Tuning<G, BITS>;
     constexpr int KU = Tune::k_unroll, VU = Tune::v_unroll, BU = Tune::split_unroll;  // chunk unrolls
+    // the general layout sums by chunk at every G: its certificate's evaluation term is for that
+    // order's height (23 rather than a chain's 128: +0.9% against +4.3–4.8% of the median bound at
+    // G = 7, bench/looseness.py), and its step has more besides the dot products
+    constexpr bool BLOCKED = Tune::blocked_dot || !PLAIN;
     __shared__ __align__(16) float q_s[G][D];
     // the certificate's coefficients per query head, each times C_EVAL_SLACK·log2 e (squared for
     // bq2) rounded up, so that c_t comes out in log2 units with its slack (docs/certificate.md §6)
@@ -264,6 +304,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     // stores of one column hit distinct banks.
     __shared__ float cbuf[SPLIT ? 1 : V2_TILE][(G + 1) | 1];
     __shared__ float st[G][5];  // per head at the end: m, l, m2, l2, cmax (all in log2 units)
+    // outside PLAIN, V warp: the largest γ_t per lane and head (log2 units), for Γ_s
+    __shared__ float gbuf[PLAIN ? 1 : V2_TILE][G];
     // SPLIT (docs/performance.md): warp w's staged halves [w][side][token] of both sides'
     // rows; per head and token, the first warp's sum of q·k̂ over chunks 0–3 (xd) and the second
     // warp's chunk sums 4–7 (xp).  (All eight sums would cost 2.7 KB more, and a sixth CTA per SM.)
@@ -280,9 +322,14 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     if (tid == 0) s_bad = 0;
     bool off_layout = false;  // PLAIN launched on another layout: the split is poisoned below
     if constexpr (PLAIN) {
-        off_layout = NP2 != 0 || (tier & 1) != 0 || gs_shift != V2_PLAIN_GS_SHIFT;
+        off_layout = NP2 != 0 || (tier & 1) != 0 || gs_shift != V2_PLAIN_GS_SHIFT || tier_map != nullptr ||
+                     page_lse != nullptr;
         NP2 = 0, tier &= 2, gs_shift = V2_PLAIN_GS_SHIFT;
     }
+    // (an exact tier and page contributions: INT8 pools only; page contributions of a certified step
+    // for pages of at most one tile)
+    if constexpr (FP16) off_layout = tier_map != nullptr || page_lse != nullptr;
+    if (page_lse != nullptr && (tier == 0 || page_shift > 5)) off_layout = true;
     const int NG = D >> gs_shift, gs = 1 << gs_shift;  // scale groups (a power of two, >= 16)
     // the G query rows are requested first, so their round trip overlaps the page table's two
     // dependent ones below instead of following them (the set-up took ≈ 5 µs at B = 1)
@@ -338,6 +385,14 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     // lane = token of a tile: its page id and slot (common.cuh: tile_page, tile_slot)
     auto page_of = [&](i64 t0n) { return tile_page(kv_indices, rp.p0, t0n, tb, lane, page_shift); };
     auto slot_at = [&](i64 t0n, int page) { return tile_slot(t0n, tb, lane, page, page_shift, num_pages, poisoned); };
+    // the exact tier's entry of a valid slot's page (SPEC §7), or -1: its tokens are served from the
+    // tier's fp16 rows [tier_cap, page_size, D] with c_t = γ_t (general layout only)
+    auto tier_entry = [&](i64 sl_) -> int {
+        if (PLAIN || FP16 || tier_map == nullptr || sl_ < 0) return -1;
+        const int e = tier_map[(i64)h * tier_stride + (int)(sl_ >> page_shift)];
+        return e >= 0 && e < tier_cap ? e : -1;
+    };
+    auto tier_row = [&](int e, u32 slot_) { return ((i64)e << page_shift) + (slot_ & ((1u << page_shift) - 1u)); };
     const i64 row_base = pool_row(layer, side, H, h, N);
     const u32 ctr2 = dither_ctr2(layer, h + head_base);
     // INT8: a tile's rows of this warp's side (128 code bytes and NG fp16 scales per token) travel
@@ -385,6 +440,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     };
     int pg = page_of(ta);
     i64 sl = slot_at(ta, pg);
+    int te = tier_entry(sl);  // (general layout: this tile's)
     stage_rows(sl < 0 ? 0u : (u32)sl);  // the first tile's rows load during the set-up below
     pg = page_of(ta + V2_TILE);
 
@@ -406,7 +462,10 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
     // PLAIN folds the quantized channels' evaluation term into β's coefficient (SPEC §4.1):
     // c_t = u_t + (1 + gamma_per_beta)·Σ_g s_g b1_g
     const float fold = PLAIN ? __fadd_ru(1.0f, gamma_per_beta) : 1.0f;
-    if (tier & 2) {
+    // outside PLAIN, γ_t per token: gamma_per_beta·Σ_g s_g b1_g + gex2·Σ_{c∈O} |q_c||x_c| (log2 units
+    // with the slack, as b1), so β's coefficients are formed for every tier of an INT8 pool
+    const float gex2 = __fmul_ru(gamma_exact, K1);
+    if ((tier & 2) || (!PLAIN && !FP16 && tier)) {
         for (int idx = tid; idx < G * NG; idx += V2_THREADS) {
             const int g = idx / NG, ch0 = (idx % NG) * gs;
             // Σ|q'|, Σq'² on the group's normalized query (certificate.cuh), a bypassed channel
@@ -444,6 +503,11 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         for (int gr = 0; gr < NG; ++gr) t = __fadd_ru(t, csq[tid][gr]);
         const float r1 = __fmul_ru(__fmul_ru(gamma_per_beta, __fsqrt_ru(t)), (float)WC_C_EVAL_SLACK);
         rho[tid] = fminf(r1, __fdiv_ru(gamma_per_beta, fold));
+    }
+    if constexpr (!PLAIN) {
+        if (side == 1)
+#pragma unroll
+            for (int g = 0; g < G; ++g) gbuf[lane][g] = 0.0f;
     }
     if constexpr (PLAIN) {  // a head whose coefficients overflow has c_t = +inf at every token: so has cmax
 #pragma unroll
@@ -612,6 +676,37 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
 #pragma unroll
         for (int g = 0; g < G; ++g) lambda_add_log2(cbuf[lane][g], LT[buf][g][lane], m2[g], l2[g], cmx[g]);
     };
+    // page contributions (SPEC §6): each page of the tile starting at token tt (pages of at most a
+    // tile, aligned to it: splits are page aligned) reduced over its lanes, lse_j and λ_j in natural
+    // log units (-inf for an empty sum, +inf for λ with an infinite c_t), as decode_stage1.  All lanes
+    // (it shuffles); past the split's end a lane holds no token.
+    auto page_step = [&](int buf, i64 tt) {
+        const int ps = 1 << page_shift;
+        const bool v = cbuf[lane][G] != 0.0f;
+        const i64 pi = (tt + lane) >> page_shift;
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const float lt = v ? LT[buf][g][lane] : -INFINITY, c = cbuf[lane][g];
+            const float x = !v ? -INFINITY : (c == INFINITY ? INFINITY : lt + c);
+            float mx = lt, mx2 = x;
+            for (int off = 1; off < ps; off <<= 1) {
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+                mx2 = fmaxf(mx2, __shfl_xor_sync(0xffffffffu, mx2, off));
+            }
+            float e = mx == -INFINITY ? 0.0f : exp2f(lt - mx);
+            float e2 = (mx2 == -INFINITY || mx2 == INFINITY) ? 0.0f : exp2f(x - mx2);
+            for (int off = 1; off < ps; off <<= 1) {
+                e += __shfl_xor_sync(0xffffffffu, e, off);
+                e2 += __shfl_xor_sync(0xffffffffu, e2, off);
+            }
+            if ((lane & (ps - 1)) == 0 && v && pi < max_pages) {
+                const i64 o = ((i64)b * Hq + h * G + g) * max_pages + pi;
+                page_lse[o] = mx == -INFINITY ? -INFINITY : mx * V2_LN2 + logf(e);
+                page_lam[o] = mx2 == INFINITY ? INFINITY : (mx2 == -INFINITY ? -INFINITY : mx2 * V2_LN2 + logf(e2));
+            }
+        }
+    };
+    const bool pages_out = !PLAIN && !FP16 && page_lse != nullptr && !off_layout;  // (warp-uniform)
     int par = 0;         // the tile's LT buffer
     for (i64 t0 = ta; t0 < tb; t0 += V2_TILE, par ^= 1) {
         // ---- A: lane = token, warp = side; the thread's whole row.  A token past the split's end
@@ -656,12 +751,13 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                             const int o = oidx[16 * k + e];
                             if (o >= 0) x[e] = f16_to_f32(outl[row * NP2 + o]);
                         }
+                    if (!PLAIN && te >= 0) v2_f16x16(tier_k + tier_row(te, slot) * D + 16 * k, x);
 #pragma unroll
                     for (int g = 0; g < G; ++g) {
                         // the chunk's 16 products are summed first, then added: a blocked sum, whose
-                        // rounding error grows with 16 + 8 terms instead of 128 (at G = 7 one chain in
-                        // channel order: V2Tuning::blocked_dot)
-                        float part = Tune::blocked_dot ? 0.0f : dot[g];
+                        // rounding error grows with 16 + 8 terms instead of 128 (PLAIN's sides from
+                        // G = 7: one chain in channel order, BLOCKED)
+                        float part = BLOCKED ? 0.0f : dot[g];
 #pragma unroll
                         for (int e = 0; e < 16; e += 4) {
                             const float4 qq = *reinterpret_cast<const float4*>(&q_s[g][16 * k + e]);
@@ -670,7 +766,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                             part += qq.z * x[e + 2];
                             part += qq.w * x[e + 3];
                         }
-                        dot[g] = Tune::blocked_dot ? dot[g] + part : part;
+                        dot[g] = BLOCKED ? dot[g] + part : part;
                     }
                 }
             }
@@ -690,11 +786,12 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
             // V: the previous tile's λ step, the token's certificate inputs (K's
             // scales of this row: loads in flight through the dequantization), then the
             // dequantized V row into the shared tile
+            if (pages_out && t0 > ta) page_step(par ^ 1, t0 - V2_TILE);  // (warp-uniform)
             if (tier && t0 > ta && cbuf[lane][G] != 0.0f) lambda_step(par ^ 1);
             const i64 rowK = row - (i64)H * N;  // the same slot on the K side
             u16 ks[8];
 #pragma unroll
-            for (int gr = 0; gr < 8; ++gr) ks[gr] = (!FP16 && (tier & 2) && gr < NG) ? scales[rowK * NG + gr] : (u16)0;
+            for (int gr = 0; gr < 8; ++gr) ks[gr] = (!FP16 && tier && gr < NG) ? scales[rowK * NG + gr] : (u16)0;
             float* dst = &Vs[lane][0];
             if constexpr (FP16) {
                 const uint4* src = reinterpret_cast<const uint4*>(reinterpret_cast<const u16*>(codes) + row * D);
@@ -721,10 +818,51 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
                             const int o = oidx[16 * k + e];
                             if (o >= 0) dst[16 * k + e] = f16_to_f32(outl[row * NP2 + o]);
                         }
+                    if (!PLAIN && te >= 0) {
+                        float xe[16];
+                        v2_f16x16(tier_v + tier_row(te, slot) * D + 16 * k, xe);
+#pragma unroll
+                        for (int e = 0; e < 16; e += 4)
+                            *reinterpret_cast<float4*>(dst + 16 * k + e) = make_float4(xe[e], xe[e + 1], xe[e + 2], xe[e + 3]);
+                    }
                 }
             }
             if (tier) {  // c_t, kept for the λ step
-                v2_token_c<G, FP16, !PLAIN>(ks, valid, NG, tier, NB, wit + rowK * NB, a_band, bq1, bq2, ct);
+                float be[G];
+                v2_token_c<G, FP16, !PLAIN>(ks, valid, NG, tier, NB, wit + rowK * NB, a_band, bq1, bq2, ct, be);
+                if constexpr (!PLAIN && !FP16) {
+                    // γ_t (SPEC §4.1): the quantized channels' term from β's sum, the outlier
+                    // channels' from their exact K values (PLAIN folds the first into b1 and has no
+                    // second); an exact-tier token has c_t = γ_t over every channel's exact value
+                    if (te >= 0) {
+                        const u16* kr = tier_k + tier_row(te, slot) * D;
+#pragma unroll
+                        for (int g = 0; g < G; ++g) {
+                            float ad = 0.0f;
+#pragma unroll 1
+                            for (int k = 0; k < D / 8; ++k) {
+                                float x[8];
+                                v2_f16x8(reinterpret_cast<const uint4*>(kr)[k], true, x);
+#pragma unroll
+                                for (int e = 0; e < 8; ++e) ad += fabsf(q_s[g][8 * k + e]) * fabsf(x[e]);
+                            }
+                            const float gam = gex2 * ad;
+                            ct[g] = gam <= WC_F32_MAX ? gam : INFINITY;
+                            gbuf[lane][g] = fmaxf(gbuf[lane][g], ct[g]);
+                        }
+                    } else {
+#pragma unroll
+                        for (int g = 0; g < G; ++g) {
+                            float ad = 0.0f;  // head by head: G sums at once spilled at G = 7, 16 bits
+                            for (int j = 0; j < (valid ? NP2 : 0); ++j)
+                                ad += fabsf(q_s[g][bypass_ch[h * NP2 + j]]) * fabsf(f16_to_f32(outl[rowK * NP2 + j]));
+                            const float gam = __fmaf_rn(gex2, ad, be[g] * gamma_per_beta);
+                            const float c = ct[g] + gam;  // (+inf stays; NaN, 0·inf, becomes +inf)
+                            ct[g] = c <= WC_F32_MAX ? c : INFINITY;
+                            gbuf[lane][g] = fmaxf(gbuf[lane][g], gam <= WC_F32_MAX ? gam : INFINITY);
+                        }
+                    }
+                }
 #pragma unroll
                 for (int g = 0; g < G; ++g) cbuf[lane][g] = ct[g];
                 cbuf[lane][G] = valid ? 1.0f : 0.0f;
@@ -733,6 +871,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         // the next tile's rows start loading and its page ids are read, both in flight through
         // phase C; the warp's lanes are done reading this tile's rows first (a lane copies others')
         sl = slot_at(t0 + V2_TILE, pg);
+        te = tier_entry(sl);
         __syncwarp();
         if (t0 + V2_TILE < tb) stage_rows(sl < 0 ? 0u : (u32)sl);  // warp-uniform
         pg = page_of(t0 + 2 * V2_TILE);
@@ -744,6 +883,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         __syncthreads();
     }
     // the last tile's λ step (its logits are visible: the loop's last barrier)
+    if (side == 1 && pages_out && tb > ta) page_step(par ^ 1, ta + ((tb - 1 - ta) & ~(i64)(V2_TILE - 1)));
     if (side == 1 && tier && cbuf[lane][G] != 0.0f) lambda_step(par ^ 1);
     }  // (the general path)
     }
@@ -845,15 +985,22 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
         const int g = tid;
         const i64 o = ((i64)b * Hq + h * G + g) * num_splits + s;
         const float M = st[g][0], L = st[g][1];
-        // a non-finite V row the head attended, or (outside PLAIN) a certified launch: this
-        // kernel's other layouts carry no evaluation term, so their certificate is "no guarantee"
-        // (the launch layer certifies those pools with decode_stage1)
-        const bool linf = st[g][2] == INFINITY || (tier && (((s_bad >> (G + g)) & 1) || !PLAIN));
+        // a non-finite V row the head attended, or a certified fp16-row launch: this kernel carries
+        // no evaluation term for fp16 rows, so their certificate is "no guarantee" (the launch
+        // layer certifies those pools with decode_stage1)
+        const bool linf = st[g][2] == INFINITY || (tier && (((s_bad >> (G + g)) & 1) || FP16));
         const float M2 = st[g][2], L2 = st[g][3];
         // back to natural-log units: the maxima and cmax were kept in log2 units (cmax, a bound,
         // through the float ln 2, which is above ln 2, rounded up)
         const float cm = linf ? INFINITY : __fmul_ru(st[g][4], V2_LN2);
-        const float gm = PLAIN ? __fmul_ru(rho[g], cm) : (tier ? INFINITY : 0.0f);
+        float gm = 0.0f;  // Γ_s, natural units
+        if constexpr (PLAIN) {
+            gm = __fmul_ru(rho[g], cm);
+        } else if (tier) {
+            float g2 = 0.0f;
+            for (int l = 0; l < V2_TILE; ++l) g2 = fmaxf(g2, gbuf[l][g]);
+            gm = FP16 || linf ? INFINITY : __fmul_ru(g2, V2_LN2);
+        }
         store_split_stats(o, poisoned || ((bad_heads >> g) & 1), L, M * V2_LN2 + logf(L),
                           linf ? INFINITY : (L2 > 0.0f ? M2 * V2_LN2 + logf(L2) : -INFINITY), cm, gm, lse_part,
                           lam_part, cmax_part, gam_part);
@@ -864,14 +1011,16 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0)) decod
 #define WC_V2_INST1(G, BITS, PLAIN)                                                                         \
     template __global__ void decode_stage1_v2<G, BITS, PLAIN>(const float*, const i8*, const u16*, const u16*, const u16*, \
                                                  const int*, const int*, const int*, const int*, const int*,  \
-                                                 float*, float*, float*, float*, float*, i64, int, int, int, int, \
+                                                 float*, float*, float*, float*, float*, const int*, const u16*, \
+                                                 const u16*, float*, float*, i64, int, int, int, int, int, int, int, \
                                                  int, int, int, int, int, int, int, u32, u32, float, float, float, \
                                                  float, float);
 // PLAIN with the sides split between the warps (the general path's layout; small batches)
 #define WC_V2_INST_SIDES(G, BITS)                                                                          \
     template __global__ void decode_stage1_v2<G, BITS, true, false>(const float*, const i8*, const u16*, const u16*, \
                                                  const u16*, const int*, const int*, const int*, const int*,  \
-                                                 const int*, float*, float*, float*, float*, float*, i64, int, int, \
+                                                 const int*, float*, float*, float*, float*, float*, const int*, \
+                                                 const u16*, const u16*, float*, float*, i64, int, int, int, int, int, \
                                                  int, int, int, int, int, int, int, int, int, u32, u32, float, float, \
                                                  float, float, float);
 #define WC_V2_INST(G)                                                                                     \

@@ -27,8 +27,12 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
     def fp16(bands):
         return wc.Fp16Pool(1, 2, 128, 64, 16, witness_bands=bands, keep_exact=True, backend="cuda")
 
+    def int8_tier():  # an exact tier, pages paged in as the fuzz goes (the staged tile's general layout)
+        cfg = wc.QuantConfig(128, witness_bands=16, outlier_pairs=np.array([[[1, 40]] * 2]))
+        return wc.KVPool(1, 2, 128, 64, 16, cfg, backend="cuda", keep_exact=True, exact_tier_pages=12)
+
     # INT8 at each dither resolution and fp16 stores (witness rows of 32 and 4 bytes) take turns
-    pools = [int8(8), fp16(16), int8(16), fp16(2), int8(24)]
+    pools = [int8(8), fp16(16), int8(16), fp16(2), int8(24), int8_tier()]
     n_good = n_bad = 0
     for it in range(iters):
         pool = pools[it % len(pools)]
@@ -38,6 +42,11 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
         slots = rng.integers(-50, pool.num_slots + 50, n)
         x = cp.asarray(rng.standard_normal((n, 2, 128)).astype(np.float32))
         pool.write(0, cp.asarray(slots), x, x)
+        if pool.tier_map is not None and rng.random() < 0.5:
+            try:
+                pool.page_in(0, int(rng.integers(2)), int(rng.integers(pool.num_pages)))
+            except RuntimeError:  # the tier is full
+                pass
         # page tables: some valid, some garbage
         B = int(rng.integers(1, 6))
         npg = rng.integers(0, 10, B)
@@ -61,7 +70,8 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
         ns = int(rng.integers(1, 9))
         args = dict(layer=0, kv_indptr=cp.asarray(indptr), kv_indices=cp.asarray(indices),
                     kv_last_page_len=cp.asarray(last), num_splits=ns)
-        r = wc.decode_attention(q, pool, cert=cert, **args)
+        # (the tier pool's steps also ask for page contributions, as the gate's do)
+        r = wc.decode_attention(q, pool, cert=cert, page_contrib=pool.tier_map is not None, **args)
         o = r.o.get()
         risk = r.risk.get()
         # the uncertified launch (its own instantiation for fp16 stores) on the same table

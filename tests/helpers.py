@@ -1,5 +1,7 @@
 """Builders shared by the tests: pools filled with known rows and CSR page tables."""
 
+import contextlib
+
 import numpy as np
 
 import witcert_cupy as wc
@@ -43,15 +45,17 @@ def random_rows(rng, n, H, d, *, heavy=True, massive=None):
 
 
 def filled_pool(rng, *, lengths, H=2, d=128, page_size=16, cfg=None, L=1, layer=0, massive=None,
-                backend="cpu"):
-    """A pool holding random rows for requests of ``lengths`` at contiguous slots.
+                backend="cpu", exact_tier_pages=0):
+    """A pool holding random rows for requests of ``lengths`` at contiguous slots (and an exact tier
+    of ``exact_tier_pages`` pages, none paged in).
 
     Returns ``(pool, table, k, v)`` with ``table = (indptr, indices, last, slots)`` and ``k/v`` the
     per-request float32 rows that were written.
     """
     cfg = cfg or wc.QuantConfig(d)
     indptr, indices, last, slots, npages = contiguous_table(lengths, page_size)
-    pool = wc.KVPool(L, H, d, npages, page_size, cfg, keep_exact=True, backend=backend)
+    pool = wc.KVPool(L, H, d, npages, page_size, cfg, keep_exact=True, backend=backend,
+                     exact_tier_pages=exact_tier_pages)
     ks, vs = [], []
     xp = pool.xp
     for s in slots:
@@ -120,3 +124,20 @@ def mid_vector(a):
     view = buf[1:1 + a.size].reshape(a.shape)
     assert view.flags.c_contiguous and view.data.ptr % 16 == 4
     return view
+
+
+@contextlib.contextmanager
+def cpu_dot_order(order):
+    """The CPU backend run in summation order ``order`` (a GPU result's ``dot_order``; None: its
+    own), its evaluation term computed for that order's height, so that a test holds the two
+    backends to each other as SPEC §9 asks (the reference in the kernel's form): ``o`` by the same
+    rounding structure, the certificate value for value (docs/certificate.md §10.1)."""
+    from witcert_cupy._cpu import decode as cpu
+
+    own = cpu.DOT_ORDER
+    if order is not None:
+        cpu.DOT_ORDER = tuple(order)
+    try:
+        yield
+    finally:
+        cpu.DOT_ORDER = own

@@ -137,6 +137,32 @@ def test_launch_layer_block_size_is_the_kernel_s():
     assert _cuda_extend.smem_bytes() <= 227 * 1024
 
 
+def test_dot_heights_are_the_kernels_summation_orders():
+    """The evaluation term is computed for each kernel's summation tree (geometry.stage1_dot_height):
+    the constants it is built from are the sources' own."""
+    from witcert_cupy._cuda import geometry as geo
+
+    src = (_cuda.kernel_dir() / "decode.cu").read_text()
+    assert int(re.search(r"#define VEC (\d+)", src).group(1)) == geo.GENERAL_VEC
+    # the lanes of a row summed by butterfly (a pairwise tree), after each lane's chain over VEC channels
+    assert "for (int off = 1; off < lpt; off <<= 1)" in src and "group_sum<G>(dot, LPT);" in src
+    src = (_cuda.kernel_dir() / "decode_v2.cu").read_text()
+    assert f"static constexpr bool blocked_dot = G <= {geo.V2_BLOCKED_DOT_MAX_G};" in src
+    assert "dot[g] = BLOCKED ? dot[g] + part : part;" in src
+    assert "constexpr bool BLOCKED = Tune::blocked_dot || !PLAIN;" in src
+    assert f"for (int k = 0; k < D / {geo.V2_CHUNK}; ++k)" in src
+    # heights: 8 + 4 (d = 128 over 16 lanes), 16 + 7, and a chain's 128
+    assert geo.stage1_dot_height("v1", 128, 4, fp16_store=False, split=False) == 12
+    assert geo.stage1_dot_height("v2", 128, 6, fp16_store=False, split=False) == 23
+    assert geo.stage1_dot_height("v2", 128, 7, fp16_store=False, split=True) == 23
+    assert geo.stage1_dot_height("v2", 128, 7, fp16_store=False, split=False) == 128
+    assert geo.stage1_dot_height("v2", 128, 7, fp16_store=False, split=False, plain=False) == 23
+    assert geo.stage1_dot_height("v2", 128, 4, fp16_store=True, split=False) == 128
+    src = (_cuda.kernel_dir() / "decode_f16.cu").read_text()
+    assert "constexpr int CH = D;" in src and "dot[g] = keep + __shfl_xor_sync(FULL, give, 16);" in src
+    assert geo.F16_HALF == 128 // 2 and geo.stage1_dot_height("f16", 128, 4, fp16_store=True, split=False) == 65
+
+
 def test_f16_launch_geometry_is_the_kernel_s(tmp_path):
     """decode_stage1_f16's splits per CTA and dynamic shared memory as the launch layer computes them
     (witcert_cupy/_cuda/) equal the kernel source's constexpr helpers, run on the host; and every

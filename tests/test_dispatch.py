@@ -15,15 +15,20 @@ TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
     ({}, ("v2", True)),                                           # the default: staged tile, PLAIN
     ({"certified": False}, ("v2", True)),
     ({"bits": 16}, ("v2", True)), ({"bits": 24}, ("v2", True)),
-    ({"tier": TIER_A, "num_bands": 16}, ("v1", False)),           # Tier A/AB: the general kernel
+    ({"tier": TIER_A, "num_bands": 16}, ("v2", False)),           # Tier A/AB: staged tile, general layout
     ({"tier": TIER_A, "num_bands": 16, "certified": False}, ("v2", False)),
-    ({"outlier_channels": 4}, ("v1", False)),                     # outlier pairs, certified
+    ({"outlier_channels": 4}, ("v2", False)),                     # outlier pairs, certified
     ({"outlier_channels": 4, "certified": False}, ("v2", False)),
-    ({"exact_tier": True}, ("v1", True)),                         # every pool the gate accepts
-    ({"page_outputs": True}, ("v1", True)),                       # what the gate ranks by
+    ({"exact_tier": True}, ("v2", False)),                        # every pool the gate accepts
+    ({"exact_tier": True, "fp16_store": True, "bits": 0, "tier": TIER_A}, ("v1", False)),
+    ({"exact_tier": True, "fp16_store": True, "bits": 0, "certified": False}, ("v1", False)),
+    ({"page_outputs": True}, ("v2", False)),                      # what the gate ranks by
+    ({"page_outputs": True, "exact_tier": True, "page_size": 1}, ("v2", False)),
+    ({"page_outputs": True, "page_size": 64}, ("v1", False)),     # pages longer than a tile
+    ({"page_outputs": True, "certified": False}, ("v1", False)),
     ({"head_dim": 64, "group_size": 32}, ("v1", True)), ({"head_dim": 256}, ("v1", True)),
     ({"unroll": 4}, ("v1", True)),
-    ({"group_size": 64}, ("v1", False)),
+    ({"group_size": 64}, ("v2", False)), ({"group_size": 16}, ("v2", False)),
     ({"fp16_store": True, "bits": 0, "certified": False}, ("f16", False)),
     ({"fp16_store": True, "bits": 0, "tier": TIER_A}, ("v1", False)),  # a certified fp16 store
 ])
@@ -35,7 +40,9 @@ def test_a_forced_kernel_is_used_where_it_applies_and_refused_where_not():
     assert select_stage1(**{**BASE, "tier": TIER_A}, requested="v2") == ("v2", False)
     assert select_stage1(**BASE, requested="v1") == ("v1", True)
     with pytest.raises(ValueError, match="decode_stage1_v2 serves"):
-        select_stage1(**{**BASE, "exact_tier": True}, requested="v2")
+        select_stage1(**{**BASE, "page_outputs": True, "page_size": 64}, requested="v2")
+    with pytest.raises(ValueError, match="decode_stage1_v2 serves"):
+        select_stage1(**{**BASE, "exact_tier": True, "fp16_store": True, "bits": 0}, requested="v2")
     with pytest.raises(ValueError, match="decode_stage1_f16 serves"):
         select_stage1(**BASE, requested="f16")
     with pytest.raises(ValueError, match="stage1 must be"):

@@ -10,7 +10,7 @@ import witcert_cupy as wc
 from witcert_cupy import reference
 from witcert_cupy.gate import attention_with_repaired_pages, served_rows
 from witcert_cupy.reference import to_host as H
-from helpers import contiguous_table, page_table, random_rows
+from helpers import contiguous_table, cpu_dot_order, page_table, random_rows
 
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -79,16 +79,19 @@ def test_page_contributions_sum_to_a_minus_one(backend):
 
 @pytest.mark.gpu
 def test_page_contributions_agree_across_backends_and_split_counts():
-    """The GPU's per-page (lse_j, λ_j), staged per window in shared memory, against the numba oracle,
-    with an exact page in the middle (c_t = 0 there) and one-token pages."""
+    """The GPU's per-page (lse_j, λ_j) (the staged-tile kernel's reductions over each page's lanes)
+    against the numba oracle in the kernel's summation order, with an exact page in the middle
+    (c_t = γ_t there) and one-token pages."""
     for page in (16, 1):
         pools = [risky_pool(np.random.default_rng(7), [300, 45, 130], page=page, backend=be) for be in ("cpu", "cuda")]
         for pool, _, _ in pools:
             pool.page_in(0, 1, 2)
         (pc, table, q), (pg, _, _) = pools
-        rc = decode(pc, table, q, cert=wc.CertConfig(tier="AB"), page_contrib=True, num_splits=2)
         for ns in (1, 5, 64):
             rg = decode(pg, table, q, cert=wc.CertConfig(tier="AB"), page_contrib=True, num_splits=ns)
+            assert rg.dot_order == (16, "chain")  # (decode_stage1_v2, general layout, G = 4)
+            with cpu_dot_order(rg.dot_order):  # (the kernel's evaluation term: its summation order)
+                rc = decode(pc, table, q, cert=wc.CertConfig(tier="AB"), page_contrib=True, num_splits=2)
             cg, cc = H(rg.page_contrib), rc.page_contrib
             assert cg.shape == cc.shape
             assert np.array_equal(np.isinf(cg), np.isinf(cc))

@@ -21,3 +21,11 @@ def test_rtn_int8_needs_little_repair():
     assert r["acc_raw"] == r["acc_exact"] == r["acc_gated"] == 1.0
     f = run_needle("fp8_e4m3", instances=8, context=1024, tau=5.0, seed=4)
     assert r["bytes_paged_in_mean"] < f["bytes_paged_in_mean"]
+
+
+def test_gate_decides_on_the_reported_risk():
+    """The gate's "over τ" is the reported risk's: an instance whose A·e^Γ sits just under the
+    threshold while the reported R (log A raised by its fp32 resolution too) is just over it is
+    repaired on, not left over τ with no pages left to try (seed 3's fourth round, R = 5.0004)."""
+    r = run_needle("fp8_e4m3", instances=16, context=1024, tau=5.0, seed=3, max_rounds=6)
+    assert all(x["risk_gated"] <= 5.0 for x in r["records"])

@@ -216,3 +216,44 @@ def test_page_in_validates_before_it_takes_a_tier_slot():
     for p in range(4):
         assert pool.page_in(0, 0, p) == pool.page_in_bytes
     assert pool.tier_free == 0
+
+
+def _chain_adversary(d):
+    """float32 terms in [1, 2) whose sum in one fp32 chain rounds the same way at every step, by
+    almost half an ulp of the running sum: the chain's error grows like ``d²·u/4``, far past
+    ``γ_h·Σ|t|`` for a blocked order's height ``h``."""
+    s, out = np.float32(0), []
+    for _ in range(d):
+        ulp = float(np.spacing(s)) if s > 0 else 2.0 ** -23
+        # the term that puts the exact sum just below the next midpoint of the sum's grid
+        target = float(s) + 1.25
+        mid = (math.floor(target / ulp) + 0.5) * ulp
+        t = np.float32(mid - float(s) - ulp * 2.0 ** -4)
+        out.append(t)
+        s = np.float32(s + t)
+    return np.array(out, np.float32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_evaluation_term_covers_the_kernel_s_summation_order(backend):
+    """The evaluation term γ_t is computed for the height of the kernel's own summation tree
+    (``certificate.sum_height``: 16-channel chains added pairwise on the CPU), not for any order:
+    a query whose terms all round one way in a single fp32 chain errs by several times the term a
+    blocked order is allowed, and the kernel's logit (a one-token request's ``lse``) stays within
+    the ``Γ`` it reports."""
+    d = 128
+    t = _chain_adversary(d)
+    exact = float(np.sum(t.astype(np.float64)))
+    chain = np.float32(0)
+    for x in t:
+        chain = np.float32(chain + x)
+    pool = wc.Fp16Pool(1, 1, d, 1, 16, witness_bands=16, keep_exact=True, backend=backend)
+    xp = pool.xp
+    pool.write(0, xp.asarray([0]), xp.ones((1, 1, d), xp.float32), xp.zeros((1, 1, d), xp.float32))
+    r = wc.decode_attention(xp.asarray(t.reshape(1, 1, d)), pool, layer=0, kv_indptr=xp.asarray([0, 1]),
+                            kv_indices=xp.asarray([0]), kv_last_page_len=xp.asarray([1]), sm_scale=1.0,
+                            cert=wc.CertConfig(tier="A"))
+    lse, gam = float(adv.host(r.lse)[0, 0]), float(adv.host(r.gamma)[0, 0])
+    assert abs(lse - exact) <= gam
+    # the chain errs past the term the kernels report (its height is the d-term chain's, not theirs)
+    assert abs(float(chain) - exact) > gam

@@ -59,23 +59,41 @@ def f32_up(x: float) -> np.float32:
     return f
 
 
-def dot_gamma(head_dim: int) -> float:
-    """``γ_n = n·u/(1 − n·u)`` for ``n = d + LOGIT_ROUNDINGS`` (SPEC §4.1): the relative bound, over
-    ``Σ_c |q_c x̂_c|``, on how far the kernels' fp32 logit lies from ``sm·q·x̂`` (float64)."""
-    n = head_dim + C.LOGIT_ROUNDINGS
+def sum_height(terms: int, chunk: int, combine: str) -> int:
+    """The height of an fp32 dot product's summation tree: the most roundings any one product meets
+    on its way to the sum (``DotFloat.dot_error_height``: the error is at most ``γ_height·Σ|a b|``).
+
+    The products are summed in chains of ``chunk`` consecutive channels (a chain of ``k`` products,
+    fused or not, has height ``k``), and the chains' sums are combined ``'tree'`` (pairwise: a warp
+    butterfly, the CPU's reduction) or ``'chain'`` (one after the other, the first added to zero).
+    A single chain (``chunk >= terms``) is ``terms``, the most any order can reach.
+    """
+    if terms < 1 or chunk < 1:
+        raise ValueError(f"terms and chunk must be >= 1, got {terms}, {chunk}")
+    if combine not in ("tree", "chain"):
+        raise ValueError(f"combine must be 'tree' or 'chain', got {combine!r}")
+    chains = -(-terms // chunk)
+    return min(chunk, terms) + ((chains - 1).bit_length() if combine == "tree" else chains - 1)
+
+
+def dot_gamma(dot_height: int) -> float:
+    """``γ_n = n·u/(1 − n·u)`` for ``n = dot_height + LOGIT_ROUNDINGS`` (SPEC §4.1): the relative
+    bound, over ``Σ_c |q_c x̂_c|``, on how far a kernel's fp32 logit lies from ``sm·q·x̂`` (float64),
+    for a kernel whose dot product has summation height ``dot_height`` (:func:`sum_height`)."""
+    n = dot_height + C.LOGIT_ROUNDINGS
     return n * C.UNIT_ROUNDOFF / (1.0 - n * C.UNIT_ROUNDOFF)
 
 
-def gamma_steps(head_dim: int) -> np.float32:
+def gamma_steps(dot_height: int) -> np.float32:
     """The evaluation term per unit of ``sm·s_g·Q1_g`` on quantized channels:
     ``127.5·(1 + u)·γ_n`` rounded up (``|x̂_c| ≤ 127.5·(1 + u)·s_g``)."""
-    return f32_up(C.CODE_ABS_BOUND * (1.0 + C.UNIT_ROUNDOFF) * dot_gamma(head_dim))
+    return f32_up(C.CODE_ABS_BOUND * (1.0 + C.UNIT_ROUNDOFF) * dot_gamma(dot_height))
 
 
-def gamma_exact(head_dim: int, sm_scale: float) -> np.float32:
+def gamma_exact(dot_height: int, sm_scale: float) -> np.float32:
     """The evaluation term per unit of ``Σ_c |q_c|·|x_c|`` over exact channels (outlier pairs,
     exact-tier pages, fp16 stores): ``sm·γ_n`` rounded up, at least the smallest normal fp32."""
-    return f32_up(max(sm_scale * dot_gamma(head_dim), C.FP32_MIN_NORMAL))
+    return f32_up(max(sm_scale * dot_gamma(dot_height), C.FP32_MIN_NORMAL))
 
 
 def underflow_term(head_dim: int, sm_scale: float) -> float:
@@ -85,19 +103,20 @@ def underflow_term(head_dim: int, sm_scale: float) -> float:
     return (1.0 + 2.0 ** -10) * (sm_scale * head_dim * 2.0 ** -102 + 2.0 ** -124)
 
 
-def gamma_per_beta(head_dim: int, dither_bits: int) -> np.float32:
+def gamma_per_beta(dot_height: int, dither_bits: int) -> np.float32:
     """``gamma_steps / beta_steps`` rounded up: the quantized channels' evaluation term is this times
     β's sum ``Σ_g s_g·b1_g`` (both coefficients are ``sm·Q1_g`` times a constant, and ``b1_g`` is
     never below ``sm·Q1_g·beta_steps``)."""
-    return f32_up(float(gamma_steps(head_dim)) / float(beta_steps(dither_bits)))
+    return f32_up(float(gamma_steps(dot_height)) / float(beta_steps(dither_bits)))
 
 
-def kernel_scalars(head_dim: int, sm_scale: float, dither_bits: int | None):
-    """``(beta_steps, gamma_per_beta, gamma_exact)`` float32 for a decode launch; an fp16 store
-    (``dither_bits=None``) has no β and no quantized channels."""
+def kernel_scalars(dot_height: int, sm_scale: float, dither_bits: int | None):
+    """``(beta_steps, gamma_per_beta, gamma_exact)`` float32 for a decode launch of a kernel whose
+    dot product has summation height ``dot_height``; an fp16 store (``dither_bits=None``) has no β
+    and no quantized channels."""
     if dither_bits is None:
-        return np.float32(0), np.float32(0), gamma_exact(head_dim, sm_scale)
-    return beta_steps(dither_bits), gamma_per_beta(head_dim, dither_bits), gamma_exact(head_dim, sm_scale)
+        return np.float32(0), np.float32(0), gamma_exact(dot_height, sm_scale)
+    return beta_steps(dither_bits), gamma_per_beta(dot_height, dither_bits), gamma_exact(dot_height, sm_scale)
 
 
 def tc_gamma_steps(group_size: int, num_groups: int) -> np.float32:
@@ -125,6 +144,16 @@ def tier_code(cert: CertConfig | None) -> int:
     return 0 if cert is None else C.TIERS[cert.tier]
 
 
+def log_a_raise(lse, gamma=None, xp=np):
+    """float64 what the reported risk adds to the kernels' ``log A`` (:func:`risk_from_log_a`): ``Γ``
+    (None: 0) and the resolution of the fp32 difference that formed ``log A`` (0 where ``lse`` is not
+    finite).  The gate predicts the reported bound with it."""
+    l64 = lse.astype(xp.float64)
+    res = C.LOG_A_RESOLUTION_ULPS * 2.0 ** -24 * xp.maximum(1.0, xp.abs(l64))
+    raise_ = xp.where(xp.isfinite(l64), res, 0.0)
+    return raise_ if gamma is None else raise_ + gamma.astype(xp.float64)
+
+
 def risk_from_log_a(log_a, lse, gamma=None, xp=np):
     """``R = (A'² − 1)/2 = expm1(2 log A')/2`` with ``log A' = log A + Γ`` (SPEC §5; docs/certificate.md
     §10.4: ``Γ``, the kernel's largest evaluation term, makes R hold for both readings of ``p̃``);
@@ -135,12 +164,7 @@ def risk_from_log_a(log_a, lse, gamma=None, xp=np):
     positive ``A − 1`` that rounded to 0 still gives a positive R.  Rows without tokens
     (``lse = -inf``) keep ``R = 0``.
     """
-    la = log_a.astype(xp.float64)
-    if gamma is not None:
-        la = la + gamma.astype(xp.float64)
-    l64 = lse.astype(xp.float64)
-    res = C.LOG_A_RESOLUTION_ULPS * 2.0 ** -24 * xp.maximum(1.0, xp.abs(l64))
-    la = la + xp.where(xp.isfinite(l64), res, 0.0)
+    la = log_a.astype(xp.float64) + log_a_raise(lse, gamma, xp)
     with np.errstate(over="ignore", invalid="ignore"):
         r = xp.expm1(2.0 * la) / 2.0
     return xp.where(xp.isnan(r), xp.inf, r)

@@ -197,7 +197,11 @@ def budget_of(pool, cert, q_shape, requests, backend):
 
 
 def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
+    from ._cpu import decode as cpu
     from ._cpu.decode import decode_stage1, merge_splits
+
+    chunk, combine = cpu.DOT_ORDER  # (read per call: a test may run the CPU in a GPU kernel's order)
+    height = cpu.dot_height(q32.shape[-1])
 
     B, Hq, d = q32.shape
     tier = cert_mod.tier_code(cert)
@@ -215,13 +219,13 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
                 u16(pool.witness[layer, 0]), pool.codes[layer, 1], u16(pool.scales[layer, 1]),
                 u16(pool.outliers[layer, 1]), pool.bypass_ch[layer])
         quant = (k0, k1, cfg.dither_bits, cfg.group_size)
-        scalars = cert_mod.kernel_scalars(d, sm_scale, cfg.dither_bits)
+        scalars = cert_mod.kernel_scalars(height, sm_scale, cfg.dither_bits)
     else:  # stored fp16 values: no scales, outliers or dither
         none16 = np.zeros((pool.num_kv_heads, 1, 1), np.uint16)
         data = (u16(pool.values[layer, 0]), none16, none16, u16(pool.witness[layer, 0]),
                 u16(pool.values[layer, 1]), none16, none16, np.zeros((pool.num_kv_heads, 0), np.int32))
         quant = (0, 0, 8, d)
-        scalars = cert_mod.kernel_scalars(d, sm_scale, None)
+        scalars = cert_mod.kernel_scalars(height, sm_scale, None)
     if getattr(pool, "tier_map", None) is None:  # no exact tier: every page is quantized
         layer_map = np.broadcast_to(np.int32(-1), (pool.num_kv_heads, pool.num_pages))  # no allocation
         tier_k = tier_v = np.zeros((1, pool.page_size, d), np.uint16)
@@ -233,8 +237,8 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
     gam_part = np.empty((B, Hq, ns), np.float32)
     decode_stage1(np.ascontiguousarray(q32), *data, bands, pt.indptr, pt.indices, pt.last_page_len,
                   pool.page_size, np.float32(sm_scale), layer, pool.kv_head_offset, *quant, tier, logb, *scalars,
-                  ns, isinstance(pool, Fp16Pool), layer_map, tier_k, tier_v, bool(page_contrib), o_part, lse_part,
-                  lam_part, cmax_part, gam_part, page_lse, page_lam)
+                  ns, isinstance(pool, Fp16Pool), layer_map, tier_k, tier_v, bool(page_contrib), chunk,
+                  combine == "tree", o_part, lse_part, lam_part, cmax_part, gam_part, page_lse, page_lam)
     o = np.empty((B, Hq, d), np.float32)
     lse = np.empty((B, Hq), np.float32)
     log_a = np.empty((B, Hq), np.float32)
@@ -243,8 +247,8 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
     merge_splits(o_part, lse_part, lam_part, cmax_part, gam_part, cert_mod.f32_up(cert_mod.underflow_term(d, sm_scale)),
                  o, lse, log_a, cmax, gam)
     if cert is None:
-        return DecodeResult(o, lse, num_splits=ns)
+        return DecodeResult(o, lse, num_splits=ns, dot_order=(chunk, combine), dot_height=height)
     risk = cert_mod.risk_from_log_a(log_a, lse, gam)
     contrib = cert_mod.page_contributions(page_lse, page_lam, lse) if page_contrib else None
     return DecodeResult(o, lse, log_a, risk, cert_mod.tv_bound(risk, cmax), cmax, num_splits=ns,
-                        page_contrib=contrib, gamma=gam)
+                        page_contrib=contrib, gamma=gam, dot_order=(chunk, combine), dot_height=height)

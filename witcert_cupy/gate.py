@@ -120,10 +120,12 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
     for rnd in range(max_rounds + 1):
         res = _decode(qq, pool, be, layer, *tables, sm_scale, cert, num_splits, True, charge=False)
         A1 = _a_of(host(res.log_a))            # Σ p̃ e^{c}: what the page contributions decompose
-        growth = _a_of(host(res.gamma))        # e^Γ: the reported bound is on A1·e^Γ (SPEC §5)
+        # the reported bound is on A1 raised by Γ and log A's resolution (SPEC §5, risk_from_log_a)
+        growth = _a_of(cert_mod.log_a_raise(host(res.lse), host(res.gamma)))
         A = A1 * growth
         page_contrib = host(res.page_contrib)
-        over = (A > thr) & q_finite
+        # over τ by the reported risk itself, so that the gate and the report never disagree at the edge
+        over = (host(res.risk) > tau) & q_finite
         report.over_threshold = over
         if not over.any() or rnd == max_rounds or report.tier_full:
             break

@@ -103,10 +103,12 @@ def c_tier_b(q, scales, config: QuantConfig, *, layer, kv_heads_bypass, S, delta
     return u + beta
 
 
-def c_gamma(q, k_hat, scales, config: QuantConfig, *, kv_heads_bypass, sm_scale=None, exact=None):
+def c_gamma(q, k_hat, scales, config: QuantConfig, *, kv_heads_bypass, sm_scale=None, exact=None,
+            dot_height=None):
     """float64 ``γ_t`` (SPEC §4.1), the kernels' own evaluation term, as the kernels bound it:
     ``sm·γ_n·(Σ_{c∉O} |q_c|·127.5(1 + u)·s_{t,g(c)} + Σ_{c∈O} |q_c||x̂_c|)`` on quantized tokens and
-    ``sm·γ_n·Σ_c |q_c||x̂_c|`` on exact ones (``exact [S]`` bool, or None).
+    ``sm·γ_n·Σ_c |q_c||x̂_c|`` on exact ones (``exact [S]`` bool, or None), with ``γ_n`` for a dot
+    product of summation height ``dot_height`` (None: the CPU backend's, ``_cpu.decode.dot_height``).
 
     q ``[Hq, d]``, k_hat ``[S, Hkv, d]``, scales ``[S, Hkv, ng]`` (None for an fp16 store, where every
     channel is exact) → ``[Hq, S]``.
@@ -117,7 +119,11 @@ def c_gamma(q, k_hat, scales, config: QuantConfig, *, kv_heads_bypass, sm_scale=
     Hq, d = q.shape
     Hkv = kh.shape[1]
     sm = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
-    gam = certificate.dot_gamma(d)
+    if dot_height is None:
+        from ._cpu.decode import dot_height as cpu_height
+
+        dot_height = cpu_height(d)
+    gam = certificate.dot_gamma(dot_height)
     aq = np.abs(q)
     khr = np.repeat(np.abs(kh), G, axis=1)  # [S, Hq, d]
     if scales is None:
@@ -129,7 +135,7 @@ def c_gamma(q, k_hat, scales, config: QuantConfig, *, kv_heads_bypass, sm_scale=
     gs = config.group_size
     q1 = (aq * ~bq).reshape(Hq, -1, gs).sum(-1)
     ss = np.repeat(np.asarray(scales, np.float64), G, axis=1)  # [S, Hq, ng]
-    quant = float(certificate.gamma_steps(d)) * sm * np.einsum("shg,hg->hs", ss, q1)
+    quant = float(certificate.gamma_steps(dot_height)) * sm * np.einsum("shg,hg->hs", ss, q1)
     outl = sm * gam * np.einsum("hd,shd->hs", aq * bq, khr)
     full = sm * gam * np.einsum("hd,shd->hs", aq, khr)
     if exact is None:

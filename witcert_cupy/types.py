@@ -30,6 +30,15 @@ class DecodeResult:
 
     kernel : str or None
         Which kernel produced an extend result (``'extend_tc'`` or ``'decode'``); None for decode.
+    dot_order : (int, str) or None
+        How the fp32 dot product behind the logits was summed: chains of that many channels, their
+        sums combined ``'tree'`` (pairwise) or ``'chain'`` (the CPU backend's order, or the GPU
+        kernel's that ran; None for the tensor-core extend).
+    dot_height : int or None
+        That order's summation height (``certificate.sum_height``), which ``γ_t`` was computed for.
+        Backends and kernels sum in different orders, so their ``o`` differ by rounding and their
+        ``cmax`` and ``log A`` by the difference of their evaluation terms, a small fraction of
+        ``c_t`` (docs/certificate.md §10.1).
 
     Certificate fields are None when ``cert`` was None.  Arrays live on the device of ``q``.
     """
@@ -44,6 +53,8 @@ class DecodeResult:
     page_contrib: object = None
     kernel: str | None = None
     gamma: object = None
+    dot_order: tuple | None = None
+    dot_height: int | None = None
 
 
 class QuantizedKV(NamedTuple):

@@ -24,6 +24,13 @@ _NONFINITE = -(1 << 30)  # normalized_sums' exponent for a non-finite entry
 
 TIER_NONE = 0
 
+# The logit's dot product: chains of DOT_ORDER[0] consecutive channels, their sums combined as
+# DOT_ORDER[1] names (certificate.sum_height: 19 roundings at d = 128, pairwise, instead of a
+# chain's 128), so that the evaluation term γ_t, which grows with that height, stays small
+# (docs/certificate.md §10.1).  The order is an argument of the kernel, so that a test can run the
+# CPU twin in a GPU kernel's own order (SPEC §9: the reference implements the kernel's form).
+DOT_ORDER = (16, "tree")
+
 
 @njit(inline="always", cache=True)
 def _finite_or_inf(c):
@@ -38,6 +45,38 @@ def _exp2_of_max(mx):
     if mx == 0.0:
         return 0
     return math.frexp(mx)[1]
+
+
+@njit(inline="always", cache=True)
+def blocked_dot(qv, x, d, parts, chunk, pairwise):
+    """float32 ``Σ_c qv[c]·x[c]`` over ``c < d``: one chain per ``chunk`` consecutive channels, the
+    chains' sums added pairwise (``pairwise``) or in chunk order, the first to zero (``parts``:
+    scratch of ``⌈d/chunk⌉`` float32).  Separate products and sums, each rounded (numba does not
+    contract them)."""
+    nch = (d + chunk - 1) // chunk
+    for k in range(nch):
+        acc = np.float32(0.0)
+        for c in range(k * chunk, min(d, (k + 1) * chunk)):
+            acc += qv[c] * x[c]
+        parts[k] = acc
+    if not pairwise:
+        tot = np.float32(0.0)
+        for k in range(nch):
+            tot += parts[k]
+        return tot
+    step = 1
+    while step < nch:
+        for k in range(0, nch - step, 2 * step):
+            parts[k] = parts[k] + parts[k + step]
+        step *= 2
+    return parts[0]
+
+
+def dot_height(d: int) -> int:
+    """The summation height of :func:`blocked_dot` over ``d`` channels in ``DOT_ORDER``."""
+    from ..certificate import sum_height
+
+    return sum_height(d, *DOT_ORDER)
 
 
 @njit(inline="always", cache=True)
@@ -110,8 +149,9 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                   bypass_ch, band_ch, kv_indptr, kv_indices, kv_last_page_len, page_size,
                   sm_scale, layer, head_base, k0, k1, bits, group_size, tier, log_budget, beta_steps,
                   gamma_per_beta, gamma_exact, num_splits, fp16_store, tier_map, tier_k, tier_v, want_pages,
-                  o_part, lse_part, lam_part, cmax_part, gam_part, page_lse, page_lam):
-    """Stage 1 over work units ``(b, kv_head, split)``.
+                  dot_chunk, dot_pairwise, o_part, lse_part, lam_part, cmax_part, gam_part, page_lse, page_lam):
+    """Stage 1 over work units ``(b, kv_head, split)``; the logits' dot products in the order
+    ``(dot_chunk, dot_pairwise)`` (:func:`blocked_dot`).
 
     q : float32 ``[B, Hq, d]``; ``codes_* int8 [Hkv, N, d]``; ``scales_*``, ``outl_*``, ``wit_k``:
     fp16 bits ``uint16 [Hkv, N, *]``; ``bypass_ch int32 [Hkv, 2 n_pairs]``; ``band_ch int32 [B_w, *]``.
@@ -188,6 +228,7 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
         kh = np.empty(d, np.float32)
         vh = np.empty(d, np.float32)
         exact_ch = np.empty(d, np.bool_)
+        parts = np.empty((d + dot_chunk - 1) // dot_chunk, np.float32)
 
         for pi in range(pa, pb):
             if poisoned:
@@ -227,10 +268,9 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                 for g in range(G):
                     if head_bad[g]:
                         continue
-                    dot = np.float32(0.0)
+                    dot = blocked_dot(qg[g], kh, d, parts, dot_chunk, dot_pairwise)
                     ad = np.float32(0.0)  # Σ|q_c||x_c| over the exact channels
                     for c in range(d):
-                        dot += qg[g, c] * kh[c]
                         if exact_ch[c]:
                             ad += abs(qg[g, c]) * abs(kh[c])
                     lt = sm_scale * dot

@@ -18,7 +18,7 @@ from .pdl import Launcher
 
 
 def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unroll, group_size, num_bands,
-                  outlier_channels, tier, certified, requested="auto"):
+                  outlier_channels, tier, certified, page_size=16, requested="auto"):
     """The stage-1 kernel of a decode step, the one place it is chosen.
 
     Parameters
@@ -31,6 +31,8 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
         The pool's layout: head dim, scale-group size, witness bands, exactly stored channels per row.
     exact_tier, page_outputs : bool
         The pool has an exact tier; the step asks for per-page contributions.
+    page_size : int
+        The pool's tokens per page.
     unroll : int
         The general kernel's tokens per lane group (0: its default).
     tier : int
@@ -54,26 +56,31 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     """
     if requested not in ("auto", "v1", "v2", "f16"):
         raise ValueError(f"stage1 must be 'auto', 'v1', 'v2' or 'f16', got {requested!r}")
-    # the staged-tile kernel serves the common cases: INT8 (8-, 16- or 24-bit dither) or fp16
-    # stores; d = 128, no exact tier, no per-page output, default unroll (decode_v2.cu)
-    v2_ok = ((fp16_store or bits in (8, 16, 24)) and head_dim == 128 and not exact_tier and not page_outputs
-             and unroll == 0 and 128 // group_size <= 8 and group_size & (group_size - 1) == 0 and num_bands <= 64)
-    plain = (not fp16_store and outlier_channels == 0 and group_size == V2_PLAIN_GROUP_SIZE and not tier & 1)
+    # the staged-tile kernel serves the common cases: INT8 (8-, 16- or 24-bit dither; in its general
+    # layout an exact tier and, for a certified step, per-page contributions on pages of at most one
+    # 32-token tile) or fp16 stores without either; d = 128, default unroll (decode_v2.cu)
+    pages_ok = not page_outputs or (not fp16_store and certified and page_size <= V2_TILE)
+    v2_ok = ((fp16_store or bits in (8, 16, 24)) and head_dim == 128 and not (exact_tier and fp16_store)
+             and pages_ok and unroll == 0 and 128 // group_size <= 8 and group_size & (group_size - 1) == 0
+             and num_bands <= 64)
+    plain = (not fp16_store and outlier_channels == 0 and group_size == V2_PLAIN_GROUP_SIZE and not tier & 1
+             and not exact_tier and not page_outputs)
     # fp16 stores: the one-warp pipelined kernel (decode_f16.cu) under the same conditions
     f16_ok = fp16_store and v2_ok
     if requested == "v2" and not v2_ok:
-        raise ValueError("decode_stage1_v2 serves d=128 pools (INT8 or fp16 stores) with no exact tier and "
-                         "no page contributions")
+        raise ValueError("decode_stage1_v2 serves d=128 pools (INT8, or fp16 stores without an exact tier) "
+                         "and page contributions only of certified INT8 steps on pages of at most 32 tokens")
     if requested == "f16" and not f16_ok:
         raise ValueError("decode_stage1_f16 serves d=128 fp16 stores with no page contributions")
     if requested != "auto":
         return requested, plain
     # a certified step needs the kernel's own evaluation term in c_t (SPEC §4.1): decode_stage1 and
-    # PLAIN carry it; the staged kernels' other layouts and decode_f16 do not yet (asked for by name,
-    # they report "no guarantee"), so the library's choice for those is decode_stage1
+    # the staged-tile kernel's INT8 layouts carry it; its fp16 rows and decode_f16 do not yet (asked
+    # for by name, they report "no guarantee"), so the library's choice for certified fp16 stores is
+    # decode_stage1
     if f16_ok and not certified:
         return "f16", plain
-    if v2_ok and (not certified or plain):
+    if v2_ok and (not certified or not fp16_store):
         return "v2", plain
     return "v1", plain
 
@@ -107,8 +114,6 @@ class DecodePlan:
         self.cmax = cp.empty((B, Hq), cp.float32)
         self.gam = cp.empty((B, Hq), cp.float32)
         data, scales, outl, wit, bypass, (gs, k0, k1, bits, _) = dev.store(layer)
-        # the certificate's per-launch constants (SPEC §4.1: the kernels' own evaluation term)
-        beta, gpb, gex = cert_mod.kernel_scalars(d, sm_scale, None if dev.fp16_store else bits)
         g0 = cert_mod.f32_up(cert_mod.underflow_term(d, sm_scale))
         G = Hq // p.num_kv_heads
         logb = cert_mod.log_budget(cert, Hq, p.num_layers) if cert is not None else np.float32(0)
@@ -117,7 +122,7 @@ class DecodePlan:
             fp16_store=dev.fp16_store, bits=bits, head_dim=d, exact_tier=p.tier_map_dev is not None,
             page_outputs=P > 0, unroll=unroll, group_size=gs, num_bands=dev.num_bands,
             outlier_channels=bypass.shape[-1], tier=cert_mod.tier_code(cert), certified=cert is not None,
-            requested=stage1)
+            page_size=p.page_size, requested=stage1)
         self.kernel_name = stage1
         sides = False  # decode_stage1_v2's PLAIN layout with the warps on the sides (below)
         npipe = f16_pipes() if stage1 == "f16" else 1  # splits per CTA
@@ -162,12 +167,22 @@ class DecodePlan:
             self.stage1_template = f"decode_stage1_v2<{G}, {bits}, true>"  # (PLAIN: INT8, so bits)
             self.stage1 = kernel("decode_v2.cu", None, self.stage1_template)
         self.ns = ns
+        # the certificate's per-launch constants (SPEC §4.1: the kernel's own evaluation term, for the
+        # summation order of the instantiation chosen above)
+        split = stage1 == "v2" and self.stage1_template.endswith(", true>")
+        layout_plain = stage1 == "v2" and ", true" in self.stage1_template
+        self.dot_order = geo.stage1_dot_order(stage1, d, G, fp16_store=dev.fp16_store, split=split, plain=layout_plain)
+        self.dot_height = cert_mod.sum_height(d, *self.dot_order)
+        beta, gpb, gex = cert_mod.kernel_scalars(self.dot_height, sm_scale, None if dev.fp16_store else bits)
         self.o_part = cp.empty((B, Hq, ns, d), cp.float32)
         self.lse_part = cp.empty((B, Hq, ns), cp.float32)
         self.lam_part = cp.empty((B, Hq, ns), cp.float32)
         self.cmax_part = cp.empty((B, Hq, ns), cp.float32)
         self.gam_part = cp.empty((B, Hq, ns), cp.float32)
         self.grid1 = (-(-ns // npipe), p.num_kv_heads, B)
+        # per-page (lse_j, λ_j) of a step that asks for page contributions (SPEC §6)
+        self.page_lse = cp.full((B, Hq, max(P, 1)), -cp.inf, cp.float32)
+        self.page_lam = cp.full((B, Hq, max(P, 1)), -cp.inf, cp.float32)
         common = (self.q, data, scales, outl, wit, bypass, dev.band_ch, self.ip, self.ix, self.ll, self.o_part,
                   self.lse_part, self.lam_part, self.cmax_part, self.gam_part)
         if self.kernel_name == "f16":
@@ -177,20 +192,15 @@ class DecodePlan:
                           _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)), np.float32(sm_scale),
                           np.float32(gex))
         elif self.kernel_name == "v2":
-            self.args1 = (*common, np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset),
-                          _i32(gs.bit_length() - 1), _i32(bypass.shape[-1]), _i32(dev.num_bands), _i32(int(math.log2(p.page_size))),
-                          _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)),
-                          np.uint32(k0), np.uint32(k1), np.float32(sm_scale), np.float32(logb), np.float32(beta),
-                          np.float32(gpb), np.float32(gex))
+            tier, tier_dims = self._exact_tier(layer)
+            pages = (self.page_lse, self.page_lam) if P > 0 else (np.uint64(0), np.uint64(0))
+            self.args1 = (*common, *tier, *pages, np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer),
+                          _i32(p.kv_head_offset), _i32(gs.bit_length() - 1), _i32(bypass.shape[-1]), _i32(dev.num_bands),
+                          _i32(int(math.log2(p.page_size))), _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns),
+                          _i32(cert_mod.tier_code(cert)), *tier_dims, _i32(P), np.uint32(k0), np.uint32(k1),
+                          np.float32(sm_scale), np.float32(logb), np.float32(beta), np.float32(gpb), np.float32(gex))
         else:
-            null = np.uint64(0)
-            if p.tier_map_dev is not None:  # the exact tier of this layer (SPEC §7)
-                tier = (p.tier_map_dev[layer], p.tier_k.view(cp.uint16), p.tier_v.view(cp.uint16))
-                tier_dims = (_i32(p.num_pages + 1), _i32(p.exact_tier_pages))
-            else:
-                tier, tier_dims = (null, null, null), (_i32(0), _i32(0))
-            self.page_lse = cp.full((B, Hq, max(P, 1)), -cp.inf, cp.float32)
-            self.page_lam = cp.full((B, Hq, max(P, 1)), -cp.inf, cp.float32)
+            tier, tier_dims = self._exact_tier(layer)
             self.args1 = (*common, *tier, self.page_lse, self.page_lam, np.int64(p.num_slots), _i32(B),
                           _i32(p.num_kv_heads), _i32(layer), _i32(gs), _i32(bypass.shape[-1]), _i32(dev.num_bands),
                           _i32(int(math.log2(p.page_size))), _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns),
@@ -205,6 +215,18 @@ class DecodePlan:
         # (the merge also spends the request budget of each cell it certifies)
         self.merge = bind_merge(self.o_part, self.lse_part, self.lam_part, self.cmax_part, self.gam_part, self.o,
                                 self.lse, self.log_a, self.cmax, self.gam, g0, *cert_out, budget=budget)
+
+    def _exact_tier(self, layer):
+        """The exact tier's launch arguments for ``layer`` (SPEC §7): (map, K rows, V rows) and (map
+        stride, capacity), or null pointers and zeros for a pool without one."""
+        import cupy as cp
+
+        p = self.dev.pool
+        if p.tier_map_dev is None:
+            null = np.uint64(0)
+            return (null, null, null), (_i32(0), _i32(0))
+        return ((p.tier_map_dev[layer], p.tier_k.view(cp.uint16), p.tier_v.view(cp.uint16)),
+                (_i32(p.num_pages + 1), _i32(p.exact_tier_pages)))
 
     def launch(self):
         """Launch the step's kernels on the current stream (no allocation, no host read)."""
@@ -232,9 +254,11 @@ class DecodePlan:
         import cupy as cp
 
         if self.cert is None:
-            return DecodeResult(self.o, self.lse, num_splits=self.ns)
+            return DecodeResult(self.o, self.lse, num_splits=self.ns, dot_order=self.dot_order,
+                                dot_height=self.dot_height)
         contrib = None
         if self.max_pages > 0:
             contrib = cert_mod.page_contributions(self.page_lse, self.page_lam, self.lse, cp)
         return DecodeResult(self.o, self.lse, self.log_a, self.risk, self.tv_bound, self.cmax, num_splits=self.ns,
-                            page_contrib=contrib, gamma=self.gam)
+                            page_contrib=contrib, gamma=self.gam, dot_order=self.dot_order,
+                            dot_height=self.dot_height)
