@@ -19,7 +19,7 @@ import cupy as cp
 import numpy as np
 
 import witcert_cupy as wc
-from helpers import filled_pool, on_device, page_table
+from helpers import filled_pool, on_device, page_table, stage1_results
 from witcert_cupy import reference
 
 
@@ -55,11 +55,8 @@ def run(G, page, bits, seed, quiet):
     ip, ix, ll = on_device(pg, tg)
     pt = page_table(pc, tc)
     for ns in (1, 7):
-        res = {}
-        for k in ("v1", "v2"):
-            plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns, stage1=k)
-            plan.launch()
-            res[k] = plan.result().o.get()
+        res = {k: r.o.get() for k, r in stage1_results(pg, cp.asarray(q), (ip, ix, ll), 1 / math.sqrt(d), cert,
+                                                       ns).items()}
         for b, n in enumerate(lengths):
             if n == 0:
                 continue

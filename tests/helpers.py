@@ -141,3 +141,15 @@ def cpu_dot_order(order):
         yield
     finally:
         cpu.DOT_ORDER = own
+
+
+def stage1_results(pool, q, tables, sm_scale, cert, num_splits, kernels=("v1", "v2")):
+    """One GPU decode step per stage-1 kernel named (``DecodePlan``'s forced choice) on the same
+    inputs: ``{kernel: DecodeResult}``.  ``q`` and ``tables`` (indptr, indices, last) on the device."""
+    out = {}
+    for k in kernels:
+        plan = pool._dev.plan(q, 0, *tables, sm_scale, cert, num_splits, stage1=k)
+        assert plan.kernel_name == k
+        plan.launch()
+        out[k] = plan.result()
+    return out

@@ -16,7 +16,7 @@ from witcert_cupy import _cuda
 from witcert_cupy._cuda import pdl as _launch
 from witcert_cupy import reference
 from helpers import (cpu_dot_order, filled_pool, mid_vector, on_device, overflowing_query_group_case, page_table,
-                     random_rows)
+                     random_rows, stage1_results)
 
 cp = pytest.importorskip("cupy")
 pytestmark = pytest.mark.gpu
@@ -1070,11 +1070,7 @@ def test_staged_tile_kernel_serves_the_exact_tier(G, bits, page):
             pg.page_in(0, h, int(pgid))
     pt = page_table(pc, tc)
     for ns in (1, 5):
-        res = {}
-        for k in ("v1", "v2"):
-            plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns, stage1=k)
-            plan.launch()
-            res[k] = plan.result()
+        res = stage1_results(pg, cp.asarray(q), (ip, ix, ll), 1 / math.sqrt(d), cert, ns)
         at = {k: _decode(pc, tc, q, cert=cert, num_splits=3, order=res[k].dot_order) for k in res}
         for b, n in enumerate(lengths):
             if n == 0:
