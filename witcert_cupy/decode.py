@@ -247,8 +247,8 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
     merge_splits(o_part, lse_part, lam_part, cmax_part, gam_part, cert_mod.f32_up(cert_mod.underflow_term(d, sm_scale)),
                  o, lse, log_a, cmax, gam)
     if cert is None:
-        return DecodeResult(o, lse, num_splits=ns, dot_order=(chunk, combine), dot_height=height)
+        return DecodeResult(o, lse, num_splits=ns, dot_order=(chunk, combine))
     risk = cert_mod.risk_from_log_a(log_a, lse, gam)
     contrib = cert_mod.page_contributions(page_lse, page_lam, lse) if page_contrib else None
     return DecodeResult(o, lse, log_a, risk, cert_mod.tv_bound(risk, cmax), cmax, num_splits=ns,
-                        page_contrib=contrib, gamma=gam, dot_order=(chunk, combine), dot_height=height)
+                        page_contrib=contrib, gamma=gam, dot_order=(chunk, combine))

@@ -34,7 +34,7 @@ class DecodeResult:
         How the fp32 dot product behind the logits was summed: chains of that many channels, their
         sums combined ``'tree'`` (pairwise) or ``'chain'`` (the CPU backend's order, or the GPU
         kernel's that ran; None for the tensor-core extend).
-    dot_height : int or None
+    dot_height : int or None (derived from ``dot_order``)
         That order's summation height (``certificate.sum_height``), which ``γ_t`` was computed for.
         Backends and kernels sum in different orders, so their ``o`` differ by rounding and their
         ``cmax`` and ``log A`` by the difference of their evaluation terms, a small fraction of
@@ -54,7 +54,14 @@ class DecodeResult:
     kernel: str | None = None
     gamma: object = None
     dot_order: tuple | None = None
-    dot_height: int | None = None
+
+    @property
+    def dot_height(self) -> int | None:
+        if self.dot_order is None:
+            return None
+        from .certificate import sum_height
+
+        return sum_height(self.o.shape[-1], *self.dot_order)
 
 
 class QuantizedKV(NamedTuple):

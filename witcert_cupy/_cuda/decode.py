@@ -125,6 +125,7 @@ class DecodePlan:
             page_size=p.page_size, requested=stage1)
         self.kernel_name = stage1
         sides = False  # decode_stage1_v2's PLAIN layout with the warps on the sides (below)
+        split = False  # ... or on each row's channels
         npipe = f16_pipes() if stage1 == "f16" else 1  # splits per CTA
         self.block1 = {"v2": V2_THREADS, "f16": 32 * npipe}.get(stage1, 128)
         self.smem1 = 0  # dynamic shared memory of stage 1
@@ -141,7 +142,7 @@ class DecodePlan:
             # (the channel split, a fourth argument, by the batch: geo.V2_SPLIT_MIN_PAIRS; below it by G and
             # the tiles per split once the split count is known, geo.V2_SPLIT_MIN_G)
             layout = ("true" if B * p.num_kv_heads >= geo.V2_SPLIT_MIN_PAIRS else "true, false") if plain else "false"
-            sides = layout == "true, false"
+            sides, split = layout == "true, false", layout == "true"
             self.stage1_template = f"decode_stage1_v2<{G}, {0 if dev.fp16_store else bits}, {layout}>"
             self.stage1 = kernel("decode_v2.cu", None, self.stage1_template)
         else:
@@ -166,14 +167,14 @@ class DecodePlan:
         if stage1 == "v2" and sides and G >= geo.V2_SPLIT_MIN_G and tokens <= V2_TILE * ns:
             self.stage1_template = f"decode_stage1_v2<{G}, {bits}, true>"  # (PLAIN: INT8, so bits)
             self.stage1 = kernel("decode_v2.cu", None, self.stage1_template)
+            sides, split = False, True
         self.ns = ns
         # the certificate's per-launch constants (SPEC §4.1: the kernel's own evaluation term, for the
         # summation order of the instantiation chosen above)
-        split = stage1 == "v2" and self.stage1_template.endswith(", true>")
-        layout_plain = stage1 == "v2" and ", true" in self.stage1_template
-        self.dot_order = geo.stage1_dot_order(stage1, d, G, fp16_store=dev.fp16_store, split=split, plain=layout_plain)
-        self.dot_height = cert_mod.sum_height(d, *self.dot_order)
-        beta, gpb, gex = cert_mod.kernel_scalars(self.dot_height, sm_scale, None if dev.fp16_store else bits)
+        self.dot_order = geo.stage1_dot_order(stage1, d, G, fp16_store=dev.fp16_store, split=split,
+                                              plain=stage1 == "v2" and plain)
+        beta, gpb, gex = cert_mod.kernel_scalars(cert_mod.sum_height(d, *self.dot_order), sm_scale,
+                                                 None if dev.fp16_store else bits)
         self.o_part = cp.empty((B, Hq, ns, d), cp.float32)
         self.lse_part = cp.empty((B, Hq, ns), cp.float32)
         self.lam_part = cp.empty((B, Hq, ns), cp.float32)
@@ -254,11 +255,9 @@ class DecodePlan:
         import cupy as cp
 
         if self.cert is None:
-            return DecodeResult(self.o, self.lse, num_splits=self.ns, dot_order=self.dot_order,
-                                dot_height=self.dot_height)
+            return DecodeResult(self.o, self.lse, num_splits=self.ns, dot_order=self.dot_order)
         contrib = None
         if self.max_pages > 0:
             contrib = cert_mod.page_contributions(self.page_lse, self.page_lam, self.lse, cp)
         return DecodeResult(self.o, self.lse, self.log_a, self.risk, self.tv_bound, self.cmax, num_splits=self.ns,
-                            page_contrib=contrib, gamma=self.gam, dot_order=self.dot_order,
-                            dot_height=self.dot_height)
+                            page_contrib=contrib, gamma=self.gam, dot_order=self.dot_order)
