@@ -9,6 +9,7 @@ Method (docs/performance.md): correctness against a float64 reference before tim
 captured in a CUDA graph that calls it once per rotated buffer (the buffers together are several
 times the L2), the graph is replayed many times, each replay timed with CUDA events; the median per
 call is reported.  Bytes count K+V (codes + scales for INT8, fp16 values for SDPA).
+The fp16 store is timed certified (Tier A over a 16-band witness) and without a certificate.
 Writes ``decode.json`` (``decode-quick.json`` with ``--quick``, ``decode-shapes.json`` with
 ``--shapes``; rows: method, batch, hq, hkv, context, page_size, dither_bits, cert, us, gbps,
 ratio_sdpa; the date inside) and the matching ``.png``.
@@ -39,6 +40,7 @@ from gpu_clocks import ClockSampler  # noqa: E402
 
 D = 128
 PAGE = 16
+FP16_BANDS = 16  # the fp16 store's witness bands (a black-box scheme metered by Tier A)
 
 
 def l2_bytes():
@@ -120,9 +122,9 @@ def parse_shapes(text):
 
 
 def cert_modes(fp16, uncertified_too):
-    """The certificate settings a side benchmark times: the fp16 store uncertified only; INT8
-    certified, and uncertified as well with ``--uncertified-too``."""
-    return (False,) if fp16 else ((True, False) if uncertified_too else (True,))
+    """The certificate settings a side benchmark times: certified (Tier B on INT8, Tier A on the
+    fp16 store), and uncertified as well with ``--uncertified-too``."""
+    return (True, False) if uncertified_too else (True,)
 
 
 def rotations(bytes_one, l2):
@@ -219,12 +221,13 @@ class Int8Case:
 
 
 class Fp16Case(Int8Case):
-    """Our fp16-store decode (Fp16Pool, no certificate) on the same geometry."""
+    """Our fp16-store decode (Fp16Pool) on the same geometry: a black-box scheme's values with a
+    ``FP16_BANDS``-band witness, metered by Tier A when certified (``plans(cert=True)``)."""
 
     def __init__(self, B, hq, hkv, ctx, page, rot):
         npg = ctx // page
         self.B, self.hq, self.hkv, self.ctx, self.rot, self.d = B, hq, hkv, ctx, rot, D
-        self.pool = wc.Fp16Pool(1, hkv, D, B * npg * rot, page, backend="cuda")
+        self.pool = wc.Fp16Pool(1, hkv, D, B * npg * rot, page, witness_bands=FP16_BANDS, backend="cuda")
         cp.random.seed(1)
         blk = cp.random.standard_normal(1 << 24, dtype=cp.float32).astype(cp.float16)
         arr = self.pool.values.reshape(-1)
@@ -233,11 +236,15 @@ class Fp16Case(Int8Case):
             arr[off:off + n] = blk[:n]
         self.tables, self.q = rotated_tables(B, hq, npg, page, rot)
 
-    def bytes_moved(self):
-        return self.B * self.hkv * self.ctx * 2 * 2 * D
+        self.pool.witness.reshape(-1)[:] = cp.float16(0.01)  # (its contents do not change the work)
+
+    def bytes_moved(self, cert=False):
+        """K and V rows, and the K side's witness rows when certified."""
+        return self.B * self.hkv * self.ctx * (2 * 2 * D + (2 * FP16_BANDS if cert else 0))
 
     def plans(self, bits=None, cert=False, stage1="auto", num_splits=None, **_):
-        return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), None, num_splits,
+        c = wc.CertConfig(tier="A", num_layers=32, steps=1024) if cert else None
+        return [self.pool._dev.plan(self.q[r], 0, *self.tables[r], 1 / math.sqrt(D), c, num_splits,
                                     stage1=stage1) for r in range(self.rot)]
 
 
@@ -393,20 +400,22 @@ def main():
         if page == PAGE:
             rot = rotations(B * hkv * ctx * 512, l2)
             case = Fp16Case(B, hq, hkv, ctx, page, rot)
-            # the library's choice (decode_stage1_f16), the staged-tile kernel and the general one
-            for method, stage1 in (("witcert_fp16", "auto"), ("witcert_fp16_v2", "v2"), ("witcert_fp16_v1", "v1")):
-                err = case.check(None, False, stage1)
-                checks.append({"method": method, "batch": B, "hq": hq, "hkv": hkv, "context": ctx,
+            # the library's choice (decode_stage1_f16) certified by Tier A and without a
+            # certificate, and the general kernel certified
+            for method, stage1, cert in (("witcert_fp16", "auto", True), ("witcert_fp16", "auto", False),
+                                         ("witcert_fp16_v1", "v1", True)):
+                err = case.check(None, cert, stage1)
+                checks.append({"method": method, "batch": B, "hq": hq, "hkv": hkv, "context": ctx, "cert": cert,
                                "rel_err_vs_fp64": err})
                 assert err < 1e-4, f"fp16-store decode check failed ({method}): {err}"
-                plans = case.plans(stage1=stage1)
+                plans = case.plans(cert=cert, stage1=stage1)
                 timed = time_cupy([p.launch for p in plans], args.reps)
                 us = timed[0]
                 rows.append(dict(method=method, kernel=plans[0].kernel_name, batch=B, hq=hq, hkv=hkv, context=ctx,
-                                 page_size=page, dither_bits=None, cert=False, us=us,
-                                 gbps=case.bytes_moved() / us / 1e3, ratio_sdpa=us / sdpa_us, rotations=rot,
+                                 page_size=page, dither_bits=None, cert=cert, us=us,
+                                 gbps=case.bytes_moved(cert) / us / 1e3, ratio_sdpa=us / sdpa_us, rotations=rot,
                                  num_splits=plans[0].ns, clocks=timed.clocks))
-                print(f"    fp16 store ({plans[0].kernel_name}):      {us:8.1f} us  ({us / sdpa_us:.2f}x SDPA)"
+                print(f"    fp16 store ({plans[0].kernel_name}) cert={cert}: {us:8.1f} us  ({us / sdpa_us:.2f}x SDPA)"
                       f"{clock_note(timed)}",
                       file=sys.stderr, flush=True)
             case = None
@@ -514,7 +523,8 @@ def config_sweep(args):
         plans = case.plans(bits, tier is not None, tier=tier or "B", max_pages=max_pages)
         t = time_cupy([p.launch for p in plans], args.reps)
         rows.append(dict(config=label, kernel=plans[0].kernel_name, **shape, us=t[0], ratio_sdpa=t[0] / sdpa_us,
-                         gbps=case.bytes_moved() / t[0] / 1e3, rel_err_vs_fp64=err, clocks=t.clocks))
+                         gbps=(case.bytes_moved(tier is not None) if isinstance(case, Fp16Case) else case.bytes_moved())
+                         / t[0] / 1e3, rel_err_vs_fp64=err, clocks=t.clocks))
         print(f"    {label:<22} ({plans[0].kernel_name}): {t[0]:8.1f} us  {t[0] / sdpa_us:5.2f}x SDPA"
               f"{clock_note(t)}", file=sys.stderr, flush=True)
 
@@ -541,8 +551,9 @@ def config_sweep(args):
             ours(name, case, sdpa_us, case.cfg.dither_bits, tier, ctx // PAGE if contrib else 0, **shape)
             case = None
             cp.get_default_memory_pool().free_all_blocks()
-        case = Fp16Case(B, hq, hkv, ctx, PAGE, rotations(B * hkv * ctx * 512, l2))
+        case = Fp16Case(B, hq, hkv, ctx, PAGE, rotations(B * hkv * ctx * (512 + 2 * FP16_BANDS), l2))
         ours("fp16_store", case, sdpa_us, None, None, 0, **shape)
+        ours("fp16_store_tier_a", case, sdpa_us, None, "A", 0, **shape)
         case = None
         cp.get_default_memory_pool().free_all_blocks()
         write_rows_json(args.out, "decode-configs", rows)

@@ -63,4 +63,24 @@ WC_D void group_coefficients(SmSplit sm, float q1, float q2, int e, float log_te
 WC_D float band_coefficient(SmSplit sm, float q2, int e) {
     return coef_up(sm.m * sqrtf(q2), sm.e + e, WC_COEF_FLOOR_1);
 }
+// An fp16 store's evaluation term per unit of the row norm ||x_t||: gamma_exact·||q|| over the n
+// channels (a multiple of 32) of a query row in shared memory, on the normalized query
+// (Cauchy–Schwarz bounds Σ_c |q_c||x_c| by ||q||·||x_t||: one norm per token serves every head).
+// One warp forms it, lane i from channels i, i + 32, ... (a thread alone took ≈ 2n dependent steps
+// of the CTA's set-up); every lane returns it.  A NaN entry gives NaN sums, which coef_up makes +inf.
+WC_D float warp_norm_coefficient(const float* qrow, int n, float gamma_exact, int lane) {
+    float mx = 0.0f;
+    for (int c = lane; c < n; c += 32) mx = fmaxf(mx, fabsf(qrow[c]));
+    mx = warp_max(mx);
+    int e;
+    frexpf(mx, &e);
+    if (!(mx <= WC_F32_MAX)) e = 0;
+    float q2 = 0.0f;
+    for (int c = lane; c < n; c += 32) {
+        const float v = ldexpf(qrow[c], -e);
+        q2 += v * v;
+    }
+    q2 = warp_sum(q2);
+    return coef_up(gamma_exact * sqrtf(q2), e, WC_COEF_FLOOR_1);
+}
 #endif  // __CUDA_ARCH__

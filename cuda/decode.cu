@@ -11,7 +11,8 @@
 //   Writes: o_part [B, Hq, ns, D], lse_part / lam_part / cmax_part / gam_part [B, Hq, ns].
 //   c_t = min(c^A, c^B) + γ_t (SPEC §4.1): γ_t bounds the kernel's own fp32 logit error —
 //   gamma_per_beta times β's sum Σ_g s_g·b1_g on quantized channels, gamma_exact per unit of Σ|q_c||x_c|
-//   on exact ones (outliers, exact-tier pages, fp16 stores); gam_part is the split's max γ_t.
+//   on exact ones (outliers, exact-tier pages); an fp16 store's rows take gamma_exact·||q||·||x_t||
+//   (Cauchy–Schwarz: one norm per token for all G heads); gam_part is the split's max γ_t.
 //   The coefficients are formed on the normalized query (certificate.cuh, SPEC §4.2); S counts
 //   every attended token (SPEC §4.3).
 //   Exact tier (SPEC §7, optional: tier_map != null): tier_map [H, tier_stride] of this layer gives
@@ -180,13 +181,14 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     constexpr int LPT = D / VEC;        // lanes per token
     constexpr int TPW = 32 / LPT;       // tokens per warp step
     // tokens per lane group per step; defaults from the sweep in docs/performance.md (v1)
-    // (fp16 rows at G >= 7: one token, the evaluation term's Σ|q||x| of every channel fits 255 registers)
-    constexpr int U = U_ > 0 ? U_ : (G <= 4 || (FP16 && G >= 7) ? 1 : 2);
+    // (fp16 rows at G = 8: one token, as two spill past 255 registers)
+    constexpr int U = U_ > 0 ? U_ : (G <= 4 || (FP16 && G == 8) ? 1 : 2);
     constexpr int TOK_STEP = TPW * DEC_WARPS * U;
     __shared__ float q_s[G][D];
     __shared__ float bq2[G][D / 16];    // 2 (sm²/12) Q2_g log(2S/δ_loc), per scale group (gs >= 16)
     __shared__ float bq1[G][D / 16];    // sm Q1_g (2^-(m+1) + 2^-15)
     __shared__ float a_band[G][64];     // sm ||q_b||  (NB <= 64)
+    __shared__ float g_norm[G];         // an fp16 store's γ_t per unit of ||x_t||: gamma_exact ||q||
     __shared__ short oidx[D];           // outlier slot of a bypassed channel, -1 otherwise
     __shared__ float red[DEC_WARPS][G][D + 6];
     __shared__ int s_bad;               // heads whose logit was non-finite (bit g), then whose o is
@@ -238,6 +240,11 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
             group_coefficients(smx, q1, q2, e, log_term, a.beta_steps, bq2[g][idx % NG], bq1[g][idx % NG]);
         }
     }
+    if (FP16 && a.tier)
+        for (int g = warp; g < G; g += DEC_WARPS) {
+            const float gq = warp_norm_coefficient(q_s[g], D, a.gamma_exact, lane);
+            if (lane == 0) g_norm[g] = gq;
+        }
     if (a.tier & 1) {
         const int per = D / a.NB;
         for (int idx = tid; idx < G * a.NB; idx += DEC_THREADS) {
@@ -272,9 +279,9 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     bool bypass_lane = false;
 #pragma unroll
     for (int i = 0; i < VEC; ++i) bypass_lane |= oidx[cl * VEC + i] >= 0;
-    // Σ|q_c||x_c| over exact channels (γ_t's exact part) is needed where a token can have any:
-    // fp16 stores, an exact tier, outlier pairs (CTA-uniform)
-    const bool need_ad = a.tier && (FP16 || a.tier_map != nullptr || a.NP2 > 0);
+    // Σ|q_c||x_c| over exact channels (γ_t's exact part) is needed where an INT8 token can have
+    // any: an exact tier, outlier pairs (CTA-uniform); an fp16 store's rows need ||x_t|| instead
+    const bool need_ad = !FP16 && a.tier && (a.tier_map != nullptr || a.NP2 > 0);
 
     // Each lane group takes U consecutive tokens per step: every load of the U tokens is issued
     // before any is used (memory-level parallelism), and the online softmax rescales once per U
@@ -345,8 +352,14 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
 #pragma unroll
                 for (int i = 0; i < VEC; ++i) kh[i] = vh[u][i] = 0.0f;
             }
-            float dot[G], ca[G], ad[G];
-            const bool ex_tok = FP16 || te[u] >= 0;  // every channel exact
+            float dot[G], ca[G], ad[G], xn[1] = {0.0f};
+            const bool ex_tok = te[u] >= 0;  // every channel exact
+            if (FP16 && a.tier) {
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) xn[0] += kh[i] * kh[i];
+                group_sum<1>(xn, LPT);
+                xn[0] = sqrtf(xn[0]);
+            }
 #pragma unroll
             for (int g = 0; g < G; ++g) {
                 float d0 = 0.0f, a0 = 0.0f;
@@ -391,7 +404,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
                 if (valid[u] && !is_finite32(lt[u][g])) hbad |= 1 << g;
                 // γ_t (SPEC §4.1): the exact channels' term, then the quantized ones' (β's sum times
                 // gamma_steps / beta_steps, rounded up: both coefficients are sm·Q1_g times a constant)
-                const float gam = __fmaf_rn(a.gamma_exact, ad[g], be[g] * a.gamma_per_beta);
+                const float gam = FP16 ? g_norm[g] * xn[0] : __fmaf_rn(a.gamma_exact, ad[g], be[g] * a.gamma_per_beta);
                 float c = INFINITY;
                 if (a.tier & 1) c = ca[g];
                 if ((a.tier & 2) && !FP16) c = fminf(c, sqrtf(u2[g]) + be[g]);

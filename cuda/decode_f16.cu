@@ -1,8 +1,10 @@
 // decode_f16.cu — stage 1 of the split-KV decode over a pool of fp16 rows (Fp16Pool: an fp16 KV
-// cache, or what a black-box scheme reconstructs, with a Tier-A witness; issue 5), d = 128.  Same
-// contract, inputs and outputs as decode_stage1 (decode.cu) and decode_stage1_v2<G, 0, false>
-// (decode_v2.cu) on such a pool: fp32 dot products of the fp32 query with the stored values
-// converted exactly to fp32 (SPEC §6), Tier-A c_t (SPEC §4), λ and cmax per split.
+// cache, or what a black-box scheme reconstructs, with a Tier-A witness), d = 128.  Same contract,
+// inputs and outputs as decode_stage1<128, G, true> (decode.cu) on such a pool: fp32 dot products of the fp32 query with the stored values
+// converted exactly to fp32 (SPEC §6), Tier-A c_t (SPEC §4) plus the evaluation term γ_t (SPEC §4.1),
+// λ, cmax and Γ per split.  γ_t = gamma_exact·||q_g||·||x_t|| (Cauchy–Schwarz on Σ_c |q_c||x_c|,
+// docs/certificate.md §10.1): the row's norm is one more FMA per channel and token, shared by the G
+// heads, where Σ|q||x| per head would double the dot products' work.
 //
 // decode_stage1_f16<G, CERT>: grid (⌈num_splits / NP⌉, Hkv, B), block NP warps serving the kv
 // head's G query heads (CERT: the certified instantiation, tier != 0; the other carries no λ state).
@@ -19,10 +21,9 @@
 // So each side's next rows load under the other side's arithmetic.  A tile whose two halves are
 // each a run of consecutive slots (pages of 16 or more tokens) is staged from two source bases
 // with immediate offsets (f16_stage_side), any other row by row.
-// Why (docs/performance.md): the staged-tile kernel serves fp16 rows with the INT8 layout
-// (one warp per side, two CTA barriers per tile, the fp16 rows read synchronously from global
-// memory and V̂ re-staged as fp32): 2.1 TB/s at B = 8, 32k, where SDPA moves the same bytes at
-// 4.3 TB/s.  An fp16 row needs no dequantization: the work is the 2·G·128 FMAs per token, and the
+// Why (docs/performance.md): the staged-tile INT8 layout on fp16 rows (one warp per side, two CTA
+// barriers per tile, the fp16 rows read synchronously from global memory and V̂ re-staged as
+// fp32) moved 2.1 TB/s at B = 8, 32k, where SDPA moves the same bytes at 4.3 TB/s.  An fp16 row needs no dequantization: the work is the 2·G·128 FMAs per token, and the
 // kernel has to keep bytes in flight and warps issuing.  Two warps sharing one tile's buffers,
 // each with half of every row's channels (16 warps per SM instead of 10), measured 0–4% slower:
 // fewer bytes in flight per SM, a barrier and a second softmax per tile.
@@ -35,6 +36,7 @@
 #include "common.cuh"
 #include "cp_async.cuh"
 #include "griddep.cuh"
+#include "certificate.cuh"
 
 #include "decode_f16_geometry.cuh"
 
@@ -156,6 +158,7 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
     unsigned char* after = f16_dyn + G * D * 4 + NP * f16_warp_bytes(G);
     u16* wt = reinterpret_cast<u16*>(after) + pipe * F16_TILE * NB;                  // [32][NB]
     float* a_band = reinterpret_cast<float*>(after + NP * F16_TILE * NB * 2);        // [G][NB]: sm·||q_g||
+    __shared__ float g_norm[G];  // γ_t per unit of ||x_t||: gamma_exact·||q_g|| (certificate.cuh)
 
     griddep_wait();  // before the first global access (griddep.cuh)
     const int s = blockIdx.x * NP + pipe, h = blockIdx.y, b = blockIdx.z;
@@ -181,14 +184,14 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
     // o channels CPL·lane + j per head; the softmax maximum m (log2 units), warp-uniform,
     // and sum l (per lane), the same in every warp of a split; the certifier's λ
     // running maximum m2 and sum l2 over the lane's tokens, and cmax
-    float acc[G][CPL], m[G], l[G], m2[G], l2[G], cmx[G];
+    float acc[G][CPL], m[G], l[G], m2[G], l2[G], cmx[G], gmx[G];
 #pragma unroll
     for (int g = 0; g < G; ++g) {
 #pragma unroll
         for (int j = 0; j < CPL; ++j) acc[g][j] = 0.0f;
         m[g] = m2[g] = -INFINITY;
         l[g] = l2[g] = 0.0f;
-        cmx[g] = 0.0f;
+        cmx[g] = gmx[g] = 0.0f;
     }
 
     const bool run = ta < tb;  // warp-uniform: an empty split goes straight to its outputs
@@ -251,16 +254,22 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
             reinterpret_cast<float4*>(&q_s[0][0])[idx] =
                 reinterpret_cast<const float4*>(q + ((i64)b * Hq + (i64)h * G) * D)[idx];
         __syncthreads();
-        if (tier_a) {
-            const int per = D / NB;
-            for (int idx = threadIdx.x; idx < G * NB; idx += 32 * NP) {
-                const int g = idx / NB, bb = idx % NB;
-                float acc2 = 0.0f;
-                for (int j = 0; j < per; ++j) {
-                    const float v = q_s[g][band_ch[bb * per + j]];
-                    acc2 += v * v;
+        if (CERT) {  // the coefficients on the normalized query (SPEC §4.2)
+            if (tier_a) {
+                const int per = D / NB;
+                const SmSplit smx = sm_split(sm);
+                for (int idx = threadIdx.x; idx < G * NB; idx += 32 * NP) {
+                    const int g = idx / NB, bb = idx % NB;
+                    float q1, q2;
+                    int e;
+                    normalized_sums(q_s[g], per, [&](int j) { return band_ch[bb * per + j]; },
+                                    [](int) { return false; }, q1, q2, e);
+                    a_band[g * NB + bb] = band_coefficient(smx, q2, e);
                 }
-                a_band[g * NB + bb] = sm * sqrtf(acc2);
+            }
+            for (int g = warp; g < G; g += NP) {
+                const float gq = warp_norm_coefficient(q_s[g], D, gamma_exact, lane);
+                if (lane == 0) g_norm[g] = gq;
             }
             __syncthreads();
         }
@@ -283,6 +292,7 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
             // serves two rows; then each lane trades the partial sum its partner needs
             const int tA = lane & 15, hh = lane >> 4;
             float dA[G], dB[G];
+            float nA = 0.0f, nB = 0.0f;  // (the certifier) the two half rows' Σx², for ||x_t||
 #pragma unroll
             for (int g = 0; g < G; ++g) dA[g] = dB[g] = 0.0f;
             const u32* ra = &kt[tA][hh * (CH / 4)];
@@ -294,6 +304,13 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
                 float xa[8], xb[8];
                 f16_x8(wa, xa);
                 f16_x8(wb, xb);
+                if constexpr (CERT) {
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) {
+                        nA = __fmaf_rn(xa[i], xa[i], nA);
+                        nB = __fmaf_rn(xb[i], xb[i], nB);
+                    }
+                }
 #pragma unroll
                 for (int g = 0; g < G; ++g) {
                     const float* qg = &q_s[g][c0 + hh * (CH / 2) + 8 * k];
@@ -309,8 +326,10 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
                 const float give = hh ? dA[g] : dB[g], keep = hh ? dB[g] : dA[g];
                 dot[g] = keep + __shfl_xor_sync(FULL, give, 16);
             }
-            // c_t per head (the certifier): Σ_b a_b w_{t,b} in band order from the staged witness row
-            float ct[G];
+            // c_t per head (the certifier): Σ_b a_b w_{t,b} in band order from the staged witness row,
+            // plus γ_t; the row norm from its two halves as the dot products (zero past the end)
+            float ct[G], xnorm = 0.0f;
+            if constexpr (CERT) xnorm = sqrtf((hh ? nB : nA) + __shfl_xor_sync(FULL, hh ? nA : nB, 16));
 #pragma unroll
             for (int g = 0; g < G; ++g) ct[g] = INFINITY;
             if (certifier && tier_a) {
@@ -328,9 +347,15 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
                     default: f16_tier_a<1, G>(wr, a_band, ca); break;
                 }
 #pragma unroll
+                for (int g = 0; g < G; ++g) ct[g] = ca[g];
+            }
+            if (CERT && certifier) {
+#pragma unroll
                 for (int g = 0; g < G; ++g) {
-                    const float c1 = ca[g] * (float)WC_C_EVAL_SLACK;
+                    const float gam = g_norm[g] * xnorm;
+                    const float c1 = (ct[g] + gam) * (float)WC_C_EVAL_SLACK;
                     ct[g] = c1 <= WC_F32_MAX ? c1 : INFINITY;
+                    if (valid) gmx[g] = fmaxf(gmx[g], gam * (float)WC_C_EVAL_SLACK);
                 }
             }
             // ---- the tile's softmax (lane = token; the same in every warp of a split) and the certifier's λ
@@ -402,7 +427,6 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
     // same page ids); each writes its channels of o, the certifier the split's statistics
     poisoned = __any_sync(FULL, poisoned);
     hbad = __reduce_or_sync(FULL, hbad);
-    (void)gamma_exact;
 #pragma unroll
     for (int g = 0; g < G; ++g) {
         const float L = warp_sum(l[g]);
@@ -418,11 +442,21 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
             *reinterpret_cast<float2*>(dst) = make_float2(r[0], r[1]);
         }
         if (CERT && certifier) {
-            // this kernel's c_t carries no evaluation term (SPEC §4.1): a certified launch reports
-            // "no guarantee" (the launch layer certifies fp16 stores with decode_stage1)
+            // λ from the lanes' sums (log2 units, then natural log); a head whose o is not finite
+            // (a non-finite V row it attends, SPEC §3.6) gets an infinite certificate
+            bool fin = true;
+#pragma unroll
+            for (int j = 0; j < CPL; ++j) fin = fin && is_finite32(r[j]);
+            const bool vbad = !dead && !__all_sync(FULL, fin);
+            const float M2 = warp_max(m2[g]);
+            const bool linf = M2 == INFINITY || vbad;
+            const float L2 = warp_sum(linf || m2[g] == -INFINITY ? 0.0f : l2[g] * exp2f(m2[g] - M2));
+            const float CM = linf ? INFINITY : warp_max(cmx[g]);
+            const float GM = warp_max(gmx[g]);
             if (lane == g)
-                store_split_stats(o, dead, L, m[g] * F16_LN2 + logf(L), INFINITY, INFINITY, INFINITY, lse_part,
-                                  lam_part, cmax_part, gam_part);
+                store_split_stats(o, dead, L, m[g] * F16_LN2 + logf(L),
+                                  linf ? INFINITY : (L2 > 0.0f ? M2 * F16_LN2 + logf(L2) : -INFINITY), CM, GM,
+                                  lse_part, lam_part, cmax_part, gam_part);
         } else if (!CERT && lane == g) {  // no certificate: λ = −inf, cmax 0 (as tier 0)
             store_split_stats(o, dead, L, m[g] * F16_LN2 + logf(L), -INFINITY, 0.0f, 0.0f, lse_part, lam_part,
                               cmax_part, gam_part);

@@ -1,7 +1,6 @@
 // decode_v2.cu — stage 1 of the split-KV decode with staged tiles: the INT8 pool at d = 128 (8-,
 // 16- or 24-bit dither; outlier pairs, Tier A/AB, scale groups of 16–128, the exact tier and
-// per-page contributions on pages of at most one tile in the general layout) and uncertified fp16
-// stores.  Same contract, inputs and outputs as decode_stage1 in decode.cu (SPEC §4–6; fp32
+// per-page contributions on pages of at most one tile in the general layout).  Same contract, inputs and outputs as decode_stage1 in decode.cu (SPEC §4–6; fp32
 // dequant x̂ = s·(k − ξ) with the exact stream), which serves every other case.  The general
 // layout's certificate carries the evaluation term γ_t per token (SPEC §4.1: β's sum times
 // gamma_per_beta, the outlier channels' exact values; an exact-tier token's whole row) and tracks
@@ -10,8 +9,8 @@
 // decode_stage1_v2<G, BITS, PLAIN, SPLIT = PLAIN>: grid (num_splits, Hkv, B), block 64 = two warps,
 // lane = token of a 32-token tile, warp = side (K, V); each thread owns its token's whole row of its
 // side (SPLIT: its half of both sides' rows, below).  BITS
-// is the dither resolution (8, 16, 24), or 0 for a pool of fp16 rows.  PLAIN (INT8 only): the
-// library's default layout — no outlier channels, 2^V2_PLAIN_GS_SHIFT channels per scale, no
+// is the dither resolution (8, 16, 24) (pools of fp16 rows have their own kernel, decode_f16.cu).
+// PLAIN: the library's default layout — no outlier channels, 2^V2_PLAIN_GS_SHIFT channels per scale, no
 // Tier-A term in the step — as constants, so the outlier, Tier-A and other-group-size paths are
 // not in the code at all (the same operations in the same order as the general instantiation on
 // such a pool: the same bits).  Why (docs/performance.md): at B = 1 a third of stage 1's
@@ -48,7 +47,7 @@
 // pace).  Sum orders: each INT8 dot product blocked by 16-channel chunk in the general layout and
 // in PLAIN up to G = 6 (each chunk summed in channel order, then added in chunk order: the error of
 // 16 + 8 terms instead of 128),
-// channel order above and for fp16 rows; token order per output channel, band and group order in
+// channel order above; token order per output channel, band and group order in
 // c_t, token order per lane in λ.
 // Shared memory: static, 19–38 KB.  Never reads out of bounds: page ids outside the pool, an
 // inconsistent kv_indptr or a bad last-page length poison the split (NaN output, infinite
@@ -139,7 +138,7 @@ __device__ __forceinline__ void v2_dequant(const u32 (&cw)[4], const u32 (&xw)[4
     else dequant16_u24(cw, xw, sb, x);
 }
 
-// eight fp16 values of a stored row (an Fp16Pool) as fp32; zeros past the split's end
+// eight fp16 values of 16 bytes as fp32; zeros where not `valid`
 __device__ __forceinline__ void v2_f16x8(const uint4& r, bool valid, float (&x)[8]) {
     const u32 wd[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
@@ -207,7 +206,7 @@ __device__ __forceinline__ void v2_c_tier_b(const u16 (&ks)[8], bool valid, int 
     }
 }
 
-template <int G, bool FP16, bool GUARD>
+template <int G, bool GUARD>
 __device__ __forceinline__ void v2_token_c(const u16 (&ks)[8], bool valid, int NG, int tier, int NB,
                                            const u16* __restrict__ wrow, const float (*a_band)[64],
                                            const float (*bq1)[8], const float (*bq2)[8], float (&c)[G],
@@ -228,7 +227,7 @@ __device__ __forceinline__ void v2_token_c(const u16 (&ks)[8], bool valid, int N
     }
 #pragma unroll
     for (int g = 0; g < G; ++g) be[g] = 0.0f;
-    if (!FP16 && tier) {  // (an Fp16Pool has Tier A only) the group count is a power of two
+    if (tier) {  // the group count is a power of two
         switch (NG) {
             case 8: v2_c_tier_b<8, G, GUARD>(ks, valid, tier, bq1, bq2, c, be); break;
             case 4: v2_c_tier_b<4, G, GUARD>(ks, valid, tier, bq1, bq2, c, be); break;
@@ -240,21 +239,18 @@ __device__ __forceinline__ void v2_token_c(const u16 (&ks)[8], bool valid, int N
 
 // CTAs per SM the register budget is set for (64 threads per CTA; shared memory, 19–37 KB, allows
 // 6–8): the largest count whose cap (65536 / (64·n) registers) ptxas meets without spilling —
-// 8 (128 registers) up to G = 3 and for fp16 rows up to G = 4, else 6 (168); INT8 at G = 8 needs
+// 8 (128 registers) up to G = 3, else 6 (168); at G = 8 PLAIN needs
 // 180 (a bound of 5 still caps at 168 and spills), so 4, which still runs 5 per SM.  (7 at G = 4,
 // 128 registers with one chunk per K step, measured 12% slower: docs/performance.md.)  The
 // general layout of an INT8 pool (outlier channels, Tier A, the exact tier, per-token γ_t) holds
 // more state through the loop: 6 up to G = 3 (8 spills 12–20 bytes) and 4 at G = 4 (6 and 5 spill
 // 8 bytes at 16 bits; it takes 177 registers, which still run 5 per SM).
-__host__ __device__ constexpr int v2_min_blocks(int G, bool fp16, bool plain) {
-    return (!fp16 && !plain && G <= 4) ? (G <= 3 ? 6 : 4)
-                                       : (G <= 3 ? 8 : (fp16 ? (G <= 4 ? 8 : 6) : (G <= 7 ? 6 : 4)));
+__host__ __device__ constexpr int v2_min_blocks(int G, bool plain) {
+    return (!plain && G <= 4) ? (G <= 3 ? 6 : 4) : (G <= 3 ? 8 : (G <= 7 ? 6 : 4));
 }
 
-// BITS = 0: the pool stores fp16 rows (Fp16Pool: a scheme's x̂ or the exact values, Tier A only);
-// the rows are converted to fp32 instead of dequantized (`codes` then points at the fp16 values).
 template <int G, int BITS, bool PLAIN, bool SPLIT = PLAIN>
-__global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0, PLAIN)) decode_stage1_v2(
+__global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, PLAIN)) decode_stage1_v2(
     const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
     const u16* __restrict__ outl, const u16* __restrict__ wit, const int* __restrict__ bypass_ch,
     const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
@@ -265,10 +261,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0, PLAIN)
     int NP2, int NB, int page_shift, int num_pages, int nnz, int num_splits, int tier, int tier_stride, int tier_cap,
     int max_pages, u32 k0, u32 k1, float sm, float log_budget, float beta_steps, float gamma_per_beta,
     float gamma_exact) {
-    static_assert(BITS == 0 || BITS == 8 || BITS == 16 || BITS == 24, "BITS: 0 (fp16 rows), 8, 16 or 24");
-    static_assert(!(PLAIN && BITS == 0), "PLAIN: INT8 pools (an Fp16Pool's certificate is Tier A)");
+    static_assert(BITS == 8 || BITS == 16 || BITS == 24, "BITS: 8, 16 or 24");
     static_assert(!SPLIT || PLAIN, "SPLIT: the channel split is a PLAIN layout");
-    constexpr bool FP16 = BITS == 0;
     constexpr int NXW = 4 * v2_calls(BITS);  // dither words per 16-channel chunk
     constexpr int D = V2_D;
     using Tune = V2Tuning<G, BITS>;
@@ -293,7 +287,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0, PLAIN)
     __shared__ __align__(16) float Vs[V2_TILE][V2_PAD];
     // INT8: the tile's staged rows per side, codes [0, 32) and fp16 scales [32, 36) in words; a
     // pitch of 36 words puts a quarter-warp's 16-byte reads of 8 rows (lane = token) on distinct banks
-    __shared__ __align__(16) u32 ctile[SPLIT ? 1 : 2][V2_TILE][(FP16 || SPLIT) ? 4 : V2_CPITCH];
+    __shared__ __align__(16) u32 ctile[SPLIT ? 1 : 2][V2_TILE][SPLIT ? 4 : V2_CPITCH];
     __shared__ __align__(16) float P[G][V2_TILE];
     __shared__ float sc_s[G];   // this tile's rescale of o per head
     __shared__ float LT[SPLIT ? 1 : 2][SPLIT ? 1 : G][V2_TILE];  // the tile's logits (log2 units), for the V warp's λ
@@ -326,9 +320,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0, PLAIN)
                      page_lse != nullptr;
         NP2 = 0, tier &= 2, gs_shift = V2_PLAIN_GS_SHIFT;
     }
-    // (an exact tier and page contributions: INT8 pools only; page contributions of a certified step
-    // for pages of at most one tile)
-    if constexpr (FP16) off_layout = tier_map != nullptr || page_lse != nullptr;
+    // (page contributions: a certified step's, for pages of at most one tile)
     if (page_lse != nullptr && (tier == 0 || page_shift > 5)) off_layout = true;
     const int NG = D >> gs_shift, gs = 1 << gs_shift;  // scale groups (a power of two, >= 16)
     // the G query rows are requested first, so their round trip overlaps the page table's two
@@ -388,7 +380,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0, PLAIN)
     // the exact tier's entry of a valid slot's page (SPEC §7), or -1: its tokens are served from the
     // tier's fp16 rows [tier_cap, page_size, D] with c_t = γ_t (general layout only)
     auto tier_entry = [&](i64 sl_) -> int {
-        if (PLAIN || FP16 || tier_map == nullptr || sl_ < 0) return -1;
+        if (PLAIN || tier_map == nullptr || sl_ < 0) return -1;
         const int e = tier_map[(i64)h * tier_stride + (int)(sl_ >> page_shift)];
         return e >= 0 && e < tier_cap ? e : -1;
     };
@@ -422,12 +414,11 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0, PLAIN)
             cp_async_commit();
         } else {
 #pragma unroll
-            for (int i = 0; i < (FP16 ? 0 : V2_TILE / 4); ++i) {
+            for (int i = 0; i < V2_TILE / 4; ++i) {
                 const int r = 4 * i + (lane >> 3);
                 const i64 row = row_base + __shfl_sync(0xffffffffu, slot_, r);
                 cp_async16(&ctile[side][r][4 * (lane & 7)], codes + row * D + 16 * (lane & 7));
             }
-            if (FP16) return;
             const u16* ss = scales + (row_base + slot_) * NG;
             switch (NG) {  // the row's scales: 2·NG bytes, aligned to their size
                 case 8: cp_async16(crow + 32, ss); break;
@@ -465,7 +456,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0, PLAIN)
     // outside PLAIN, γ_t per token: gamma_per_beta·Σ_g s_g b1_g + gex2·Σ_{c∈O} |q_c||x_c| (log2 units
     // with the slack, as b1), so β's coefficients are formed for every tier of an INT8 pool
     const float gex2 = __fmul_ru(gamma_exact, K1);
-    if ((tier & 2) || (!PLAIN && !FP16 && tier)) {
+    if ((tier & 2) || (!PLAIN && tier)) {
         for (int idx = tid; idx < G * NG; idx += V2_THREADS) {
             const int g = idx / NG, ch0 = (idx % NG) * gs;
             // Σ|q'|, Σq'² on the group's normalized query (certificate.cuh), a bypassed channel
@@ -706,7 +697,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0, PLAIN)
             }
         }
     };
-    const bool pages_out = !PLAIN && !FP16 && page_lse != nullptr && !off_layout;  // (warp-uniform)
+    const bool pages_out = !PLAIN && page_lse != nullptr && !off_layout;  // (warp-uniform)
     int par = 0;         // the tile's LT buffer
     for (i64 t0 = ta; t0 < tb; t0 += V2_TILE, par ^= 1) {
         // ---- A: lane = token, warp = side; the thread's whole row.  A token past the split's end
@@ -714,10 +705,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0, PLAIN)
         const bool valid = sl >= 0;
         const u32 slot = valid ? (u32)sl : 0u;
         const i64 row = row_base + slot;
-        if (!FP16) {
-            cp_async_wait_all();
-            __syncwarp();  // the lanes that copied this thread's row
-        }
+        cp_async_wait_all();
+        __syncwarp();  // the lanes that copied this thread's row
         const u16* srow = reinterpret_cast<const u16*>(crow + 32);  // the row's fp16 scales
         float ct[G];  // V warp: this token's c_t per head
         if (side == 0) {
@@ -726,18 +715,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0, PLAIN)
             float dot[G];
 #pragma unroll
             for (int g = 0; g < G; ++g) dot[g] = 0.0f;
-            if constexpr (FP16) {
-                const uint4* src = reinterpret_cast<const uint4*>(reinterpret_cast<const u16*>(codes) + row * D);
-#pragma unroll 4
-                for (int k = 0; k < D / 8; ++k) {
-                    float x[8];
-                    v2_f16x8(src[k], valid, x);
-#pragma unroll
-                    for (int g = 0; g < G; ++g) {
-                        dot[g] = dot8(dot[g], &q_s[g][8 * k], x);
-                    }
-                }
-            } else {
+            {
 #pragma unroll (KU)
                 for (int k = 0; k < D / 16; ++k) {
                     u32 cw[4], xw[NXW];
@@ -791,18 +769,9 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0, PLAIN)
             const i64 rowK = row - (i64)H * N;  // the same slot on the K side
             u16 ks[8];
 #pragma unroll
-            for (int gr = 0; gr < 8; ++gr) ks[gr] = (!FP16 && tier && gr < NG) ? scales[rowK * NG + gr] : (u16)0;
+            for (int gr = 0; gr < 8; ++gr) ks[gr] = (tier && gr < NG) ? scales[rowK * NG + gr] : (u16)0;
             float* dst = &Vs[lane][0];
-            if constexpr (FP16) {
-                const uint4* src = reinterpret_cast<const uint4*>(reinterpret_cast<const u16*>(codes) + row * D);
-#pragma unroll 4
-                for (int k = 0; k < D / 8; ++k) {
-                    float x[8];
-                    v2_f16x8(src[k], valid, x);
-                    *reinterpret_cast<float4*>(dst + 8 * k) = make_float4(x[0], x[1], x[2], x[3]);
-                    *reinterpret_cast<float4*>(dst + 8 * k + 4) = make_float4(x[4], x[5], x[6], x[7]);
-                }
-            } else {
+            {
 #pragma unroll (VU)
                 for (int k = 0; k < D / 16; ++k) {
                     u32 cw[4], xw[NXW];
@@ -829,8 +798,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0, PLAIN)
             }
             if (tier) {  // c_t, kept for the λ step
                 float be[G];
-                v2_token_c<G, FP16, !PLAIN>(ks, valid, NG, tier, NB, wit + rowK * NB, a_band, bq1, bq2, ct, be);
-                if constexpr (!PLAIN && !FP16) {
+                v2_token_c<G, !PLAIN>(ks, valid, NG, tier, NB, wit + rowK * NB, a_band, bq1, bq2, ct, be);
+                if constexpr (!PLAIN) {
                     // γ_t (SPEC §4.1): the quantized channels' term from β's sum, the outlier
                     // channels' from their exact K values (PLAIN folds the first into b1 and has no
                     // second); an exact-tier token has c_t = γ_t over every channel's exact value
@@ -985,10 +954,8 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0, PLAIN)
         const int g = tid;
         const i64 o = ((i64)b * Hq + h * G + g) * num_splits + s;
         const float M = st[g][0], L = st[g][1];
-        // a non-finite V row the head attended, or a certified fp16-row launch: this kernel carries
-        // no evaluation term for fp16 rows, so their certificate is "no guarantee" (the launch
-        // layer certifies those pools with decode_stage1)
-        const bool linf = st[g][2] == INFINITY || (tier && (((s_bad >> (G + g)) & 1) || FP16));
+        // a non-finite V row the head attended (SPEC §3.6)
+        const bool linf = st[g][2] == INFINITY || (tier && ((s_bad >> (G + g)) & 1));
         const float M2 = st[g][2], L2 = st[g][3];
         // back to natural-log units: the maxima and cmax were kept in log2 units (cmax, a bound,
         // through the float ln 2, which is above ln 2, rounded up)
@@ -999,7 +966,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0, PLAIN)
         } else if (tier) {
             float g2 = 0.0f;
             for (int l = 0; l < V2_TILE; ++l) g2 = fmaxf(g2, gbuf[l][g]);
-            gm = FP16 || linf ? INFINITY : __fmul_ru(g2, V2_LN2);
+            gm = linf ? INFINITY : __fmul_ru(g2, V2_LN2);
         }
         store_split_stats(o, poisoned || ((bad_heads >> g) & 1), L, M * V2_LN2 + logf(L),
                           linf ? INFINITY : (L2 > 0.0f ? M2 * V2_LN2 + logf(L2) : -INFINITY), cm, gm, lse_part,
@@ -1024,7 +991,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, BITS == 0, PLAIN)
                                                  int, int, int, int, int, int, int, int, int, u32, u32, float, float, \
                                                  float, float, float);
 #define WC_V2_INST(G)                                                                                     \
-    WC_V2_INST1(G, 0, false) WC_V2_INST1(G, 8, false) WC_V2_INST1(G, 16, false) WC_V2_INST1(G, 24, false)  \
+    WC_V2_INST1(G, 8, false) WC_V2_INST1(G, 16, false) WC_V2_INST1(G, 24, false)  \
     WC_V2_INST1(G, 8, true) WC_V2_INST1(G, 16, true) WC_V2_INST1(G, 24, true)                                \
     WC_V2_INST_SIDES(G, 8) WC_V2_INST_SIDES(G, 16) WC_V2_INST_SIDES(G, 24)
 #ifdef WITCERT_INSTANTIATE_ALL

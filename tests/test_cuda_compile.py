@@ -48,9 +48,9 @@ def test_compiles_for_sm90_without_spills_or_warnings(name, tmp_path):
                     assert any(f"decode_stage1ILi{d}ELi{g}E{f}E" in e for e in entries), (d, g, f)
     if name == "decode_v2.cu":
         for g in range(1, 9):
-            for bits in (0, 8, 16, 24):  # fp16 stores, INT8 at each dither resolution; PLAIN for INT8,
-                # with the warps on the sides (split 0) or on each row's channels (split 1)
-                for plain, split in (((0, 0), (1, 0), (1, 1)) if bits else ((0, 0),)):
+            for bits in (8, 16, 24):  # each dither resolution; the general layout and PLAIN, with
+                # the warps on the sides (split 0) or on each row's channels (split 1)
+                for plain, split in ((0, 0), (1, 0), (1, 1)):
                     name = f"decode_stage1_v2ILi{g}ELi{bits}ELb{plain}ELb{split}EE"
                     assert any(name in e for e in entries), (g, bits, plain, split)
     if name == "decode_f16.cu":  # (G, certified)
@@ -152,15 +152,14 @@ def test_dot_heights_are_the_kernels_summation_orders():
     assert "constexpr bool BLOCKED = Tune::blocked_dot || !PLAIN;" in src
     assert f"for (int k = 0; k < D / {geo.V2_CHUNK}; ++k)" in src
     # heights: 8 + 4 (d = 128 over 16 lanes), 16 + 7, and a chain's 128
-    assert geo.stage1_dot_height("v1", 128, 4, fp16_store=False, split=False) == 12
-    assert geo.stage1_dot_height("v2", 128, 6, fp16_store=False, split=False) == 23
-    assert geo.stage1_dot_height("v2", 128, 7, fp16_store=False, split=True) == 23
-    assert geo.stage1_dot_height("v2", 128, 7, fp16_store=False, split=False) == 128
-    assert geo.stage1_dot_height("v2", 128, 7, fp16_store=False, split=False, plain=False) == 23
-    assert geo.stage1_dot_height("v2", 128, 4, fp16_store=True, split=False) == 128
+    assert geo.stage1_dot_height("v1", 128, 4, split=False) == 12
+    assert geo.stage1_dot_height("v2", 128, 6, split=False) == 23
+    assert geo.stage1_dot_height("v2", 128, 7, split=True) == 23
+    assert geo.stage1_dot_height("v2", 128, 7, split=False) == 128
+    assert geo.stage1_dot_height("v2", 128, 7, split=False, plain=False) == 23
     src = (_cuda.kernel_dir() / "decode_f16.cu").read_text()
     assert "constexpr int CH = D;" in src and "dot[g] = keep + __shfl_xor_sync(FULL, give, 16);" in src
-    assert geo.F16_HALF == 128 // 2 and geo.stage1_dot_height("f16", 128, 4, fp16_store=True, split=False) == 65
+    assert geo.F16_HALF == 128 // 2 and geo.stage1_dot_height("f16", 128, 4, split=False) == 65
 
 
 def test_f16_launch_geometry_is_the_kernel_s(tmp_path):

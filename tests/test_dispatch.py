@@ -30,7 +30,9 @@ TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
     ({"unroll": 4}, ("v1", True)),
     ({"group_size": 64}, ("v2", False)), ({"group_size": 16}, ("v2", False)),
     ({"fp16_store": True, "bits": 0, "certified": False}, ("f16", False)),
-    ({"fp16_store": True, "bits": 0, "tier": TIER_A}, ("v1", False)),  # a certified fp16 store
+    ({"fp16_store": True, "bits": 0, "tier": TIER_A}, ("f16", False)),  # a certified fp16 store
+    ({"fp16_store": True, "bits": 0, "tier": TIER_A, "page_outputs": True}, ("v1", False)),
+    ({"fp16_store": True, "bits": 0, "tier": TIER_A, "head_dim": 64}, ("v1", False)),
 ])
 def test_the_library_s_choice(change, want):
     assert select_stage1(**{**BASE, **change}) == want
@@ -42,7 +44,9 @@ def test_a_forced_kernel_is_used_where_it_applies_and_refused_where_not():
     with pytest.raises(ValueError, match="decode_stage1_v2 serves"):
         select_stage1(**{**BASE, "page_outputs": True, "page_size": 64}, requested="v2")
     with pytest.raises(ValueError, match="decode_stage1_v2 serves"):
-        select_stage1(**{**BASE, "exact_tier": True, "fp16_store": True, "bits": 0}, requested="v2")
+        select_stage1(**{**BASE, "fp16_store": True, "bits": 0, "certified": False}, requested="v2")
+    with pytest.raises(ValueError, match="decode_stage1_f16 serves"):
+        select_stage1(**{**BASE, "exact_tier": True, "fp16_store": True, "bits": 0}, requested="f16")
     with pytest.raises(ValueError, match="decode_stage1_f16 serves"):
         select_stage1(**BASE, requested="f16")
     with pytest.raises(ValueError, match="stage1 must be"):

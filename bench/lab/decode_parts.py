@@ -5,7 +5,7 @@ in bench/decode.py.  The difference between the step and stage 1 is the merge pl
 
     PYTHONPATH=. python3 bench/lab/decode_parts.py [--fp16] [--out bench/results] [--reps 30]
 
-With ``--fp16`` the uncertified fp16-store step (decode_stage1_f16) instead, at more split counts;
+With ``--fp16`` the fp16-store step (decode_stage1_f16, Tier A) instead, at more split counts;
 ``--uncertified-too`` times the INT8 step and stage 1 with the certificate off as well (where its
 cost lies); ``--shapes 1/28/4/32768,...`` and ``--splits 0,64,...`` replace the default lists.
 Writes ``decode-parts.json`` (``decode-parts-fp16.json``; rows: batch, hq, hkv,
@@ -68,7 +68,7 @@ def main():
                                      num_splits=ns, actual_splits=plans[0].ns, part=part, us=us, sdpa_us=sdpa_us,
                                      ratio_sdpa=us / sdpa_us))
                     print(f"  ns={plans[0].ns:>4}{' (default)' if not ns else '          '} {part:<7}"
-                          f"{'' if cert or args.fp16 else ' uncertified'} {us:8.2f} us "
+                          f"{'' if cert else ' uncertified'} {us:8.2f} us "
                           f"({us / sdpa_us:.2f}x SDPA {sdpa_us:.1f} us)", flush=True)
         case = None
         cp.get_default_memory_pool().free_all_blocks()

@@ -144,6 +144,18 @@ def head_coefficients(qv, byp, band_ch, group_size, sm_m, e_sm, log_term, beta_s
         b_q1[gr] = coef_up(sm_m * q1 * beta_steps, e_sm + e, _FLOOR1)
 
 
+@njit(cache=True)
+def norm_coefficient(qv, gamma_exact):
+    """``gamma_exact·||q||`` rounded up, on the normalized query (SPEC §4.2): an fp16 store's
+    evaluation term per unit of the row norm ``||x_t||`` (Cauchy–Schwarz: ``Σ_c|q_c||x_c| ≤
+    ||q||·||x_t||``, docs/certificate.md §10.1).  Twin of ``warp_norm_coefficient`` in
+    ``cuda/certificate.cuh``."""
+    _, q2, e = normalized_sums(qv, np.arange(qv.shape[0]), np.zeros(qv.shape[0], np.bool_))
+    if e == _NONFINITE:
+        return _INF
+    return coef_up(gamma_exact * np.sqrt(q2), e, _FLOOR1)
+
+
 @njit(parallel=True, cache=True)
 def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v,
                   bypass_ch, band_ch, kv_indptr, kv_indices, kv_last_page_len, page_size,
@@ -161,8 +173,9 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
     ``log_budget`` = ``log(2 / δ_loc)`` (float32, rounded up); the kernel adds ``log S``, S = every
     token the request attends (SPEC §4.3).
     c_t = min(c^A, c^B) + γ_t (SPEC §4.1): ``gamma_per_beta`` times β's sum ``Σ_g s_g·b1_g`` on
-    quantized channels (certificate.gamma_per_beta), ``gamma_exact`` per unit of ``Σ|q_c||x_c|`` on exact ones (outlier pairs, exact-tier
-    pages, which have ``c_t = γ_t``, and fp16 stores).  ``gam_part`` receives ``max_t γ_t`` per split
+    quantized channels (certificate.gamma_per_beta), ``gamma_exact`` per unit of ``Σ|q_c||x_c|`` on
+    exact ones (outlier pairs, exact-tier pages, which have ``c_t = γ_t``); an fp16 store's rows take
+    ``gamma_exact·||q||·||x_t||`` instead (:func:`norm_coefficient`: one norm per token, whatever G).  ``gam_part`` receives ``max_t γ_t`` per split
     (the second reading of p̃, docs/certificate.md §10.4).
     Exact tier (SPEC §7): ``tier_map int32 [Hkv, num_pages]`` gives the tier entry of a (kv head,
     page) or -1; entries hold exact fp16 K/V bits ``tier_k/tier_v uint16 [cap, page_size, d]``.
@@ -202,6 +215,7 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
         a_band = np.zeros((G, max(nbands, 1)), np.float32)
         b_q2 = np.zeros((G, ng), np.float32)
         b_q1 = np.zeros((G, ng), np.float32)
+        g_norm = np.zeros(G, np.float32)  # an fp16 store's γ_t per unit of ||x_t||
         byp = np.zeros(d, np.bool_)
         for j in range(bypass_ch.shape[1]):
             byp[bypass_ch[h, j]] = True
@@ -213,6 +227,8 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
             if tier != TIER_NONE:
                 head_coefficients(qg[g], byp, band_ch, group_size, sm_m, e_sm, log_term, beta_steps, tier,
                                   a_band[g], b_q2[g], b_q1[g])
+                if fp16_store:
+                    g_norm[g] = norm_coefficient(qg[g], gamma_exact)
 
         m = np.full(G, -_INF, np.float32)
         lsum = np.zeros(G, np.float32)
@@ -265,14 +281,20 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                     dither_row(xi, slot, 1, layer, h + head_base, 0, k0, k1, bits)
                     reconstruct_row(vh, codes_v[h, slot], scales_v[h, slot], outl_v[h, slot], xi,
                                     bypass_ch[h], group_size)
+                xn = np.float32(0.0)  # an fp16 store's ||x_t||
+                if fp16_store and tier != TIER_NONE:
+                    for c in range(d):
+                        xn += kh[c] * kh[c]
+                    xn = np.sqrt(xn)
                 for g in range(G):
                     if head_bad[g]:
                         continue
                     dot = blocked_dot(qg[g], kh, d, parts, dot_chunk, dot_pairwise)
-                    ad = np.float32(0.0)  # Σ|q_c||x_c| over the exact channels
-                    for c in range(d):
-                        if exact_ch[c]:
-                            ad += abs(qg[g, c]) * abs(kh[c])
+                    ad = np.float32(0.0)  # Σ|q_c||x_c| over the exact channels of an INT8 pool's row
+                    if tier != TIER_NONE and not fp16_store:
+                        for c in range(d):
+                            if exact_ch[c]:
+                                ad += abs(qg[g, c]) * abs(kh[c])
                     lt = sm_scale * dot
                     if not (lt <= _F32_MAX and lt >= -_F32_MAX):
                         head_bad[g] = True
@@ -287,7 +309,8 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                     m[g] = mn
                     if tier == TIER_NONE:
                         continue
-                    gam = gamma_exact * ad  # γ_t: exact channels ...
+                    # γ_t: exact channels ...
+                    gam = g_norm[g] * xn if fp16_store else gamma_exact * ad
                     if te >= 0:
                         ct = gam  # an exact token: c_t = γ_t
                     else:

@@ -45,9 +45,9 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     Returns
     -------
     (str, bool)
-        ``'f16'`` (``decode_stage1_f16``), ``'v2'`` (``decode_stage1_v2``) or ``'v1'``
-        (``decode_stage1``, which serves everything), and whether the staged-tile kernel's PLAIN
-        layout (INT8, Tier B, no outlier channels, 32-channel groups) applies.
+        ``'f16'`` (``decode_stage1_f16``: fp16 stores), ``'v2'`` (``decode_stage1_v2``: INT8 pools)
+        or ``'v1'`` (``decode_stage1``, which serves everything), and whether the staged-tile
+        kernel's PLAIN layout (INT8, Tier B, no outlier channels, 32-channel groups) applies.
 
     Raises
     ------
@@ -56,31 +56,28 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     """
     if requested not in ("auto", "v1", "v2", "f16"):
         raise ValueError(f"stage1 must be 'auto', 'v1', 'v2' or 'f16', got {requested!r}")
-    # the staged-tile kernel serves the common cases: INT8 (8-, 16- or 24-bit dither; in its general
+    # the staged-tile kernel serves INT8 pools at d = 128 (8-, 16- or 24-bit dither; in its general
     # layout an exact tier and, for a certified step, per-page contributions on pages of at most one
-    # 32-token tile) or fp16 stores without either; d = 128, default unroll (decode_v2.cu)
-    pages_ok = not page_outputs or (not fp16_store and certified and page_size <= V2_TILE)
-    v2_ok = ((fp16_store or bits in (8, 16, 24)) and head_dim == 128 and not (exact_tier and fp16_store)
-             and pages_ok and unroll == 0 and 128 // group_size <= 8 and group_size & (group_size - 1) == 0
-             and num_bands <= 64)
+    # 32-token tile), default unroll (decode_v2.cu); the one-warp pipelined kernel (decode_f16.cu)
+    # fp16 stores at d = 128 without an exact tier or page contributions; both carry the
+    # evaluation term of SPEC §4.1 in their certificates
+    layout_ok = head_dim == 128 and unroll == 0
+    v2_ok = (not fp16_store and bits in (8, 16, 24) and layout_ok
+             and (not page_outputs or (certified and page_size <= V2_TILE))
+             and 128 // group_size <= 8 and group_size & (group_size - 1) == 0 and num_bands <= 64)
     plain = (not fp16_store and outlier_channels == 0 and group_size == V2_PLAIN_GROUP_SIZE and not tier & 1
              and not exact_tier and not page_outputs)
-    # fp16 stores: the one-warp pipelined kernel (decode_f16.cu) under the same conditions
-    f16_ok = fp16_store and v2_ok
+    f16_ok = fp16_store and layout_ok and not exact_tier and not page_outputs and num_bands <= 64
     if requested == "v2" and not v2_ok:
-        raise ValueError("decode_stage1_v2 serves d=128 pools (INT8, or fp16 stores without an exact tier) "
-                         "and page contributions only of certified INT8 steps on pages of at most 32 tokens")
+        raise ValueError("decode_stage1_v2 serves d=128 INT8 pools, and page contributions only of certified "
+                         "steps on pages of at most 32 tokens")
     if requested == "f16" and not f16_ok:
-        raise ValueError("decode_stage1_f16 serves d=128 fp16 stores with no page contributions")
+        raise ValueError("decode_stage1_f16 serves d=128 fp16 stores with no exact tier or page contributions")
     if requested != "auto":
         return requested, plain
-    # a certified step needs the kernel's own evaluation term in c_t (SPEC §4.1): decode_stage1 and
-    # the staged-tile kernel's INT8 layouts carry it; its fp16 rows and decode_f16 do not yet (asked
-    # for by name, they report "no guarantee"), so the library's choice for certified fp16 stores is
-    # decode_stage1
-    if f16_ok and not certified:
+    if f16_ok:
         return "f16", plain
-    if v2_ok and (not certified or not fp16_store):
+    if v2_ok:
         return "v2", plain
     return "v1", plain
 
@@ -136,14 +133,14 @@ class DecodePlan:
             self.smem1 = f16_smem_bytes(G, dev.num_bands, cert_mod.tier_code(cert) & 1)
             if self.smem1 > self.stage1.max_dynamic_shared_size_bytes:  # (beyond 48 KB: opt in)
                 self.stage1.max_dynamic_shared_size_bytes = self.smem1
-        elif stage1 == "v2":  # the second template argument: dither bits, 0 for fp16 rows
+        elif stage1 == "v2":  # the second template argument: dither bits
             # the third: the default layout as constants (no outlier channels, 32-channel groups, no
             # Tier-A term; decode_v2.cu), the same results in less code
             # (the channel split, a fourth argument, by the batch: geo.V2_SPLIT_MIN_PAIRS; below it by G and
             # the tiles per split once the split count is known, geo.V2_SPLIT_MIN_G)
             layout = ("true" if B * p.num_kv_heads >= geo.V2_SPLIT_MIN_PAIRS else "true, false") if plain else "false"
             sides, split = layout == "true, false", layout == "true"
-            self.stage1_template = f"decode_stage1_v2<{G}, {0 if dev.fp16_store else bits}, {layout}>"
+            self.stage1_template = f"decode_stage1_v2<{G}, {bits}, {layout}>"
             self.stage1 = kernel("decode_v2.cu", None, self.stage1_template)
         else:
             fp16 = "true" if dev.fp16_store else "false"
@@ -165,14 +162,13 @@ class DecodePlan:
         # geo.V2_SPLIT_MIN_G needs the split count, which the sides' residency chose; the split keeps it
         # (as measured)
         if stage1 == "v2" and sides and G >= geo.V2_SPLIT_MIN_G and tokens <= V2_TILE * ns:
-            self.stage1_template = f"decode_stage1_v2<{G}, {bits}, true>"  # (PLAIN: INT8, so bits)
+            self.stage1_template = f"decode_stage1_v2<{G}, {bits}, true>"
             self.stage1 = kernel("decode_v2.cu", None, self.stage1_template)
             sides, split = False, True
         self.ns = ns
         # the certificate's per-launch constants (SPEC §4.1: the kernel's own evaluation term, for the
         # summation order of the instantiation chosen above)
-        self.dot_order = geo.stage1_dot_order(stage1, d, G, fp16_store=dev.fp16_store, split=split,
-                                              plain=stage1 == "v2" and plain)
+        self.dot_order = geo.stage1_dot_order(stage1, d, G, split=split, plain=stage1 == "v2" and plain)
         beta, gpb, gex = cert_mod.kernel_scalars(cert_mod.sum_height(d, *self.dot_order), sm_scale,
                                                  None if dev.fp16_store else bits)
         self.o_part = cp.empty((B, Hq, ns, d), cp.float32)

@@ -55,10 +55,9 @@ V2_SPLIT_MIN_G = 5
 # tests/test_cuda_compile.py checks each constant against the source:
 #   decode_stage1 (decode.cu): a chain of GENERAL_VEC channels per lane (its VEC), the row's lanes
 #     summed by butterfly (a pairwise tree);
-#   decode_stage1_v2 INT8 (decode_v2.cu): V2_CHUNK-channel chains added in chunk order in its
-#     general layout, in PLAIN where V2Tuning::blocked_dot (G <= V2_BLOCKED_DOT_MAX_G) and in SPLIT
-#     (its first warp's four chains, then the other warp's four: the same order); one chain
-#     otherwise and for fp16 rows;
+#   decode_stage1_v2 (decode_v2.cu): V2_CHUNK-channel chains added in chunk order in its general
+#     layout, in PLAIN where V2Tuning::blocked_dot (G <= V2_BLOCKED_DOT_MAX_G) and in SPLIT (its
+#     first warp's four chains, then the other warp's four: the same order); one chain otherwise;
 #   decode_stage1_f16: each half row a chain (F16_HALF channels), the halves added.
 GENERAL_VEC = 8
 V2_CHUNK = 16
@@ -66,7 +65,7 @@ V2_BLOCKED_DOT_MAX_G = 6
 F16_HALF = 64
 
 
-def stage1_dot_order(kernel: str, head_dim: int, G: int, *, fp16_store: bool, split: bool, plain: bool = True) -> tuple:
+def stage1_dot_order(kernel: str, head_dim: int, G: int, *, split: bool, plain: bool = True) -> tuple:
     """``(chunk, combine)``: how stage-1 kernel ``kernel`` ('v1', 'v2' or 'f16') sums the logit's
     dot product (:func:`witcert_cupy.certificate.sum_height`); ``split`` and ``plain``: the
     staged-tile instantiation's layout."""
@@ -74,17 +73,16 @@ def stage1_dot_order(kernel: str, head_dim: int, G: int, *, fp16_store: bool, sp
         return GENERAL_VEC, "tree"
     if kernel == "f16":
         return F16_HALF, "tree"
-    if not fp16_store and (split or not plain or G <= V2_BLOCKED_DOT_MAX_G):
+    if split or not plain or G <= V2_BLOCKED_DOT_MAX_G:
         return V2_CHUNK, "chain"
     return head_dim, "chain"
 
 
-def stage1_dot_height(kernel: str, head_dim: int, G: int, *, fp16_store: bool, split: bool, plain: bool = True) -> int:
+def stage1_dot_height(kernel: str, head_dim: int, G: int, *, split: bool, plain: bool = True) -> int:
     """The summation height of :func:`stage1_dot_order`, what the kernel's evaluation term is for."""
     from ..certificate import sum_height
 
-    return sum_height(head_dim, *stage1_dot_order(kernel, head_dim, G, fp16_store=fp16_store, split=split,
-                                                  plain=plain))
+    return sum_height(head_dim, *stage1_dot_order(kernel, head_dim, G, split=split, plain=plain))
 
 
 # one-warp pipelines (splits) per CTA of decode_stage1_f16: F16_PIPES of
