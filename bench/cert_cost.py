@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 BASE_NAME = "witcert_base"
@@ -92,7 +94,7 @@ class Case:
             for off in range(0, flat.size, blk):
                 n = min(blk, flat.size - off)
                 flat[off:off + n] = src[:n]
-        rng = __import__("numpy").random.default_rng(0)
+        rng = np.random.default_rng(0)
         self.tables, self.q = [], []
         for r in range(rot):
             base = r * B * npg

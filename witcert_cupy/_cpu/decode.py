@@ -175,8 +175,8 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
     c_t = min(c^A, c^B) + γ_t (SPEC §4.1): ``gamma_per_beta`` times β's sum ``Σ_g s_g·b1_g`` on
     quantized channels (certificate.gamma_per_beta), ``gamma_exact`` per unit of ``Σ|q_c||x_c|`` on
     exact ones (outlier pairs, exact-tier pages, which have ``c_t = γ_t``); an fp16 store's rows take
-    ``gamma_exact·||q||·||x_t||`` instead (:func:`norm_coefficient`: one norm per token, whatever G).  ``gam_part`` receives ``max_t γ_t`` per split
-    (the second reading of p̃, docs/certificate.md §10.4).
+    ``gamma_exact·||q||·||x_t||`` instead (:func:`norm_coefficient`: one norm per token, whatever G).
+    ``gam_part`` receives ``max_t γ_t`` per split (the second reading of p̃, docs/certificate.md §10.4).
     Exact tier (SPEC §7): ``tier_map int32 [Hkv, num_pages]`` gives the tier entry of a (kv head,
     page) or -1; entries hold exact fp16 K/V bits ``tier_k/tier_v uint16 [cap, page_size, d]``.
     Outputs ``o_part [B, Hq, ns, d]``, ``lse_part``, ``lam_part``, ``cmax_part``, ``gam_part [B, Hq, ns]``;
@@ -255,9 +255,10 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                 break
             te = tier_map[h, page]
             ntok = last if pi == npages - 1 else page_size
-            # channels whose values are exact fp16 (their evaluation term is γ_exact·|q_c||x_c|)
+            # an INT8 row's channels whose values are exact fp16 (their evaluation term is
+            # γ_exact·|q_c||x_c|; an fp16 store's rows take the norm form)
             for c in range(d):
-                exact_ch[c] = te >= 0 or fp16_store or byp[c]
+                exact_ch[c] = te >= 0 or byp[c]
             for g in range(G):
                 pst[g, 0] = -_INF
                 pst[g, 1] = 0
