@@ -34,6 +34,12 @@ WC_D void cp_async16_at(u32 sbase, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%3], 16;" ::"r"(sbase), "l"(src), "n"(SOFF), "n"(GOFF));
 }
 
+// 8 bytes, or 8 zero bytes when !valid (nothing is read)
+WC_D void cp_async8_zfill(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 8u : 0u));
+}
+
 WC_D void cp_async8(void* dst, const void* src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_addr(dst)), "l"(src));
 }

@@ -118,16 +118,6 @@ WC_D int xt_off(int t, int c) { return (t >> 3) * 1024 + (c >> 3) * 64 + (t & 7)
 #define XT_TOKEN_GROUP_BYTES 2048
 #define XT_CHANNEL_BLOCK_BYTES 128
 
-WC_D void ldsm_x4(u32 (&r)[4], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-
-WC_D void ldsm_x4_trans(u32 (&r)[4], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-
 // c += a·b, m16n8k4, tf32 operands (fp32 registers whose low 13 bits are zero), fp32 accumulate
 WC_D void mma_tf32_k4(float (&c)[4], u32 a0, u32 a1, u32 b0) {
     asm("mma.sync.aligned.m16n8k4.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"

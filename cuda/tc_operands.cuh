@@ -1,10 +1,51 @@
 // tc_operands.cuh — the tensor-core route's operands from a chunk of raw 8-bit-dither codes
-// (docs/certificate.md §9, steps 1 and 8) and the f16x2, mma.sync and warpgroup-mma instructions
-// that go with them.
-// A header of its own so that the extend kernel (cuda/extend_tc.cu) and the tensor-core levels of
-// the decode floor ladder (cuda/bench_floor.cu) build the same operands with the same instructions.
+// (docs/certificate.md §9, steps 1 and 8) and the f16x2, ldmatrix, mma.sync and warpgroup-mma
+// instructions that go with them.
+// A header of its own so that the extend kernel (cuda/extend_tc.cu), the form-(I) decode
+// (cuda/decode_i8.cu) and the tensor-core levels of the decode floor ladder (cuda/bench_floor.cu)
+// build the same operands with the same instructions.
 #pragma once
 #include "common.cuh"
+#include "cp_async.cuh"
+
+// ---- ldmatrix: four 8×8 matrices of 16-bit elements, lanes 8m .. 8m + 7 giving matrix m's row
+// addresses (16 bytes each); lane 4g + t receives row g, elements 2t and 2t + 1 of each (.trans:
+// rows 2t and 2t + 1 of column g, the first in the low half)
+WC_D void ldsm_x4(u32 (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+WC_D void ldsm_x4_trans(u32 (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+// ---- 8-bit integer mma.sync, m16n8k32, exact s32 accumulation: d = a·b + c.  A (16 × 32, row
+// major): lane 4g + t holds row g, columns 4t .. 4t + 3 (a0) and 16 + 4t .. (a2), row g + 8 likewise
+// (a1, a3); B (32 × 8, column major): column g, rows 4t .. 4t + 3 (b0) and 16 + 4t .. (b1); C: row g,
+// columns 2t, 2t + 1 (c0, c1), row g + 8 (c2, c3).  S8U8: B's bytes unsigned.
+template <bool S8U8>
+WC_D void imma_k32(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, const int (&c)[4]) {
+    if constexpr (S8U8) {
+        asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%10,%11,%12,%13};"
+            : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+    } else {
+        asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%10,%11,%12,%13};"
+            : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+    }
+}
+
+// byte permutation: byte i of the result is byte (sel >> 4i) & 7 of {a, b} (a's bytes 0–3, b's 4–7)
+WC_D u32 prmt(u32 a, u32 b, u32 sel) {
+    u32 r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+    return r;
+}
 
 // ---- warpgroup mma (sm_90a; only what a kernel uses is assembled)
 // A no-swizzle shared-memory matrix descriptor (layout type 0): low word start address >> 4 and

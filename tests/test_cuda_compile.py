@@ -57,6 +57,14 @@ def test_compiles_for_sm90_without_spills_or_warnings(name, tmp_path):
         for g in range(1, 9):
             for c in (0, 1):
                 assert any(f"decode_stage1_f16ILi{g}ELb{c}EEv" in e for e in entries), (g, c)
+    if name == "decode_i8.cu":  # (G, certified)
+        for g in range(1, 9):
+            for c in (0, 1):
+                assert any(f"decode_stage1_i8ILi{g}ELb{c}EEv" in e for e in entries), (g, c)
+    if name == "decode_i8.cu":  # (G, certified)
+        for g in range(1, 9):
+            for c in (0, 1):
+                assert any(f"decode_stage1_i8ILi{g}ELb{c}EEv" in e for e in entries), (g, c)
     if name == "extend_tc.cu":
         for g in range(1, 9):
             assert any(f"extend_tc_stage1ILi{g}EEv" in e for e in entries), g
@@ -203,7 +211,11 @@ def test_compiles_with_nvrtc_as_cupy_does(name):
     ok, log = compile_nvrtc(src, name, opts)
     assert ok, log
     assert "warning" not in log.lower(), log
-    _entries_without_local_memory(log)
+    entries = _entries_without_local_memory(log)
+    if name == "decode_i8.cu":  # (G, certified)
+        for g in range(1, 9):
+            for c in (0, 1):
+                assert any(f"decode_stage1_i8ILi{g}ELb{c}EEv" in e for e in entries), (g, c)
     if name == "extend_tc.cu":  # the wgmma path as the launch layer builds it: its -arch beside CuPy's
         from witcert_cupy._cuda import extend as _cuda_extend
 

@@ -12,9 +12,9 @@ TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
 
 
 @pytest.mark.parametrize("change, want", [
-    ({}, ("v2", True)),                                           # the default: staged tile, PLAIN
-    ({"certified": False}, ("v2", True)),
-    ({"bits": 16}, ("v2", True)), ({"bits": 24}, ("v2", True)),
+    ({}, ("i8", True)),                                           # the default: form (I), PLAIN
+    ({"certified": False}, ("i8", True)), ({"page_size": 1}, ("i8", True)),
+    ({"bits": 16}, ("v2", True)), ({"bits": 24}, ("v2", True)),   # other resolutions: staged tile
     ({"tier": TIER_A, "num_bands": 16}, ("v2", False)),           # Tier A/AB: staged tile, general layout
     ({"tier": TIER_A, "num_bands": 16, "certified": False}, ("v2", False)),
     ({"outlier_channels": 4}, ("v2", False)),                     # outlier pairs, certified
@@ -41,6 +41,12 @@ def test_the_library_s_choice(change, want):
 def test_a_forced_kernel_is_used_where_it_applies_and_refused_where_not():
     assert select_stage1(**{**BASE, "tier": TIER_A}, requested="v2") == ("v2", False)
     assert select_stage1(**BASE, requested="v1") == ("v1", True)
+    assert select_stage1(**BASE, requested="v2") == ("v2", True)
+    assert select_stage1(**BASE, requested="i8") == ("i8", True)
+    for change in ({"bits": 16}, {"tier": TIER_A}, {"outlier_channels": 4}, {"group_size": 64}, {"exact_tier": True},
+                   {"page_outputs": True}, {"head_dim": 64}):
+        with pytest.raises(ValueError, match="decode_stage1_i8 serves"):
+            select_stage1(**{**BASE, **change}, requested="i8")
     with pytest.raises(ValueError, match="decode_stage1_v2 serves"):
         select_stage1(**{**BASE, "page_outputs": True, "page_size": 64}, requested="v2")
     with pytest.raises(ValueError, match="decode_stage1_v2 serves"):

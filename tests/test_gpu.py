@@ -14,7 +14,7 @@ import witcert_cupy as wc
 from witcert_cupy import _contract as C
 from witcert_cupy import _cuda
 from witcert_cupy._cuda import pdl as _launch
-from witcert_cupy import reference
+from witcert_cupy import certificate, reference
 from helpers import (cpu_dot_order, filled_pool, mid_vector, on_device, overflowing_query_group_case, page_table,
                      random_rows, stage1_results)
 
@@ -38,18 +38,33 @@ def _checked_requests(gpu, cpu, pool_cpu, table, q, lengths, also=None):
             continue
         rows = reference.request_rows(pool_cpu, 0, pt, b)
         o64, lse64 = reference.attention(_np(q[b]), rows["k_hat"], rows["v_hat"])
-        _assert_spec9(gpu, cpu, b, o64, lse64, b, also)
+        o16 = reference.attention_fp16(_np(q[b]), rows["k_hat"], rows["v_hat"]) if _form_i(gpu) else None
+        _assert_spec9(gpu, cpu, b, o64, lse64, b, also, o16=o16)
         yield b, rows, lse64
 
 
-def _assert_spec9(gpu, cpu, b, o64, lse64, where, also=None):
+def _form_i(res):
+    """The result's logits were exact integer products (decode_stage1_i8), its values tensor-core ones."""
+    return res.dot_order is not None and tuple(res.dot_order) == certificate.FORM_I_ORDER
+
+
+def _assert_spec9(gpu, cpu, b, o64, lse64, where, also=None, o16=None):
     """SPEC §9 for request ``b`` of two decode results: o and lse within twice the float32 CPU
     backend's own error against float64, plus an absolute floor (1e-6 of the largest |o|, 1e-6 for
     lse) and 4e-6 relative for the float64 reference's fp32 inputs.  With ``also`` (another result,
     or a tuple of them), the fp32 error at each element is the largest of the CPU backend's and
-    theirs."""
+    theirs.  A form-(I) result's o (``o16``: an fp16 attention on the same values,
+    ``reference.attention_fp16``) by the flash-attention rule instead: per head, its largest error
+    within twice the fp16 attention's, plus the same floor."""
+    if o16 is not None:
+        got = _np(gpu.o[b]).astype(np.float64)
+        err = np.abs(got - o64).max(-1)
+        bound = 2 * np.abs(o16 - o64).max(-1) + 1e-6 * np.abs(o64).max()
+        assert np.all(err <= bound), f"{where}: o per head {err} > fp16 rule {bound}"
     for name, ref_cpu, ref, atol in (("o", _np(cpu.o[b]), o64, 1e-6 * np.abs(o64).max()),
                                      ("lse", _np(cpu.lse[b]), lse64, 1e-6)):
+        if name == "o" and o16 is not None:
+            continue
         got = _np(getattr(gpu, name)[b])
         scale = np.abs(ref_cpu - ref)
         for other in (() if also is None else also if isinstance(also, tuple) else (also,)):

@@ -78,6 +78,24 @@ TC_ACC_UNIT = 2.0 ** -22
 TC_PRODUCTS_PER_CHANNEL = 3
 TC_OPERAND_BOUND = 127.75
 
+# SPEC §6 form (I), docs/certificate.md §11: the INT8 decode's logits as exact integer products.  Per
+# query head and scale group the query is scaled by a power of two so that its largest entry lies in
+# [2^(FORM_I_QUERY_BITS − 1), 2^FORM_I_QUERY_BITS), rounded to the integer Q (residual r, |r| ≤ 1/2)
+# and split into FORM_I_DIGITS balanced base-256 digits Q = 2^16·a0 + 2^8·a1 + a2 (|a0| ≤ 64,
+# a1, a2 ∈ [−128, 127]); a group more than FORM_I_MAX_GROUP_SHIFT binades below its head's largest
+# takes the head's scale shifted by that much.  Against the stored integers (code k, dither field
+# j' = 255 − j at 8 bits: 512·(k − ξ) = 512·k + 2·j' − 255) the residual costs at most
+# FORM_I_RESIDUAL_BOUND per unit of |r|, the dropped product 2·Σ a2·j' at most FORM_I_DROPPED_BOUND
+# per unit of |a2|, and the fp32 combination of the exact group sums at most
+# γ_{FORM_I_ROUNDINGS} of their absolute terms (11 roundings on the GPU's path, 2 more where the CPU
+# twin converts the log2-unit logit to natural units).
+FORM_I_QUERY_BITS = 22
+FORM_I_DIGITS = 3
+FORM_I_MAX_GROUP_SHIFT = 60
+FORM_I_RESIDUAL_BOUND = 512 * CODE_MAX + 255
+FORM_I_DROPPED_BOUND = 2 * 255
+FORM_I_ROUNDINGS = 13
+
 # SPEC §2: bit layout of the Philox counter.
 SIDE_SHIFT = 31
 LAYER_SHIFT = 16

@@ -59,6 +59,19 @@ def f32_up(x: float) -> np.float32:
     return f
 
 
+# The summation order of a logit formed by exact integer products (SPEC §6 form (I)): a result's
+# ``dot_order`` says so, and its evaluation term is :func:`form_i_gamma`'s, not a dot product's height.
+FORM_I_ORDER = (0, "int")
+
+
+def form_i_gamma() -> np.float32:
+    """``γ_n`` rounded up for ``n = FORM_I_ROUNDINGS``: the relative bound of the fp32 combination of
+    a form-(I) logit's exact group sums over the absolute values of its terms
+    (docs/certificate.md §11)."""
+    n = C.FORM_I_ROUNDINGS
+    return f32_up(n * C.UNIT_ROUNDOFF / (1.0 - n * C.UNIT_ROUNDOFF))
+
+
 def sum_height(terms: int, chunk: int, combine: str) -> int:
     """The height of an fp32 dot product's summation tree: the most roundings any one product meets
     on its way to the sum (``DotFloat.dot_error_height``: the error is at most ``γ_height·Σ|a b|``).

@@ -201,7 +201,8 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
     from ._cpu.decode import decode_stage1, merge_splits
 
     chunk, combine = cpu.DOT_ORDER  # (read per call: a test may run the CPU in a GPU kernel's order)
-    height = cpu.dot_height(q32.shape[-1])
+    form_i = (chunk, combine) == cert_mod.FORM_I_ORDER  # exact integer products (SPEC §6 form (I))
+    height = cpu.dot_height(q32.shape[-1]) if not form_i else None
 
     B, Hq, d = q32.shape
     tier = cert_mod.tier_code(cert)
@@ -219,8 +220,16 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
                 u16(pool.witness[layer, 0]), pool.codes[layer, 1], u16(pool.scales[layer, 1]),
                 u16(pool.outliers[layer, 1]), pool.bypass_ch[layer])
         quant = (k0, k1, cfg.dither_bits, cfg.group_size)
-        scalars = cert_mod.kernel_scalars(height, sm_scale, cfg.dither_bits)
+        if form_i:
+            if cfg.dither_bits != 8 or pool.bypass_ch.shape[-1] or getattr(pool, "tier_map", None) is not None:
+                raise ValueError("the form-(I) logit serves INT8 pools at 8-bit dither without outlier channels "
+                                 "or an exact tier")
+            scalars = (cert_mod.beta_steps(cfg.dither_bits), np.float32(0), np.float32(0))
+        else:
+            scalars = cert_mod.kernel_scalars(height, sm_scale, cfg.dither_bits)
     else:  # stored fp16 values: no scales, outliers or dither
+        if form_i:
+            raise ValueError("the form-(I) logit serves INT8 pools, not stored fp16 values")
         none16 = np.zeros((pool.num_kv_heads, 1, 1), np.uint16)
         data = (u16(pool.values[layer, 0]), none16, none16, u16(pool.witness[layer, 0]),
                 u16(pool.values[layer, 1]), none16, none16, np.zeros((pool.num_kv_heads, 0), np.int32))
@@ -237,8 +246,8 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
     gam_part = np.empty((B, Hq, ns), np.float32)
     decode_stage1(np.ascontiguousarray(q32), *data, bands, pt.indptr, pt.indices, pt.last_page_len,
                   pool.page_size, np.float32(sm_scale), layer, pool.kv_head_offset, *quant, tier, logb, *scalars,
-                  ns, isinstance(pool, Fp16Pool), layer_map, tier_k, tier_v, bool(page_contrib), chunk,
-                  combine == "tree", o_part, lse_part, lam_part, cmax_part, gam_part, page_lse, page_lam)
+                  ns, isinstance(pool, Fp16Pool), layer_map, tier_k, tier_v, bool(page_contrib), max(chunk, 1),
+                  combine == "tree", form_i, cert_mod.form_i_gamma(), o_part, lse_part, lam_part, cmax_part, gam_part, page_lse, page_lam)
     o = np.empty((B, Hq, d), np.float32)
     lse = np.empty((B, Hq), np.float32)
     log_a = np.empty((B, Hq), np.float32)

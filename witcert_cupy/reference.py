@@ -70,6 +70,19 @@ def attention(q, k, v, *, sm_scale=None):
     return o, lse
 
 
+def attention_fp16(q, k, v, *, sm_scale=None):
+    """One request's attention as an fp16 flash-attention kernel computes it on the same values
+    (SPEC §9's yardstick for a form-(I) or tensor-core output): q, k and v rounded to fp16, the
+    logits and the exponentials' sums in fp32 from those operands, the weights ``p = e^{ℓ − m}``
+    rounded to fp16 before they multiply v.  Returns ``o [Hq, d]`` (float64)."""
+    f16 = lambda a: np.asarray(a, np.float64).astype(np.float16).astype(np.float64)  # noqa: E731
+    lg = logits(f16(q), f16(k), sm_scale).astype(np.float32).astype(np.float64)
+    e = np.exp(lg - lg.max(axis=-1, keepdims=True))
+    _, vv, G = _gqa(q, f16(v))
+    vv = np.repeat(vv, G, axis=1)
+    return np.einsum("hs,shd->hd", f16(e), vv) / e.sum(-1, keepdims=True)
+
+
 def c_tier_a(q, witness, config: QuantConfig, *, sm_scale=None):
     """float64 ``c^A_t = sm Σ_b ||q_b|| w_{t,b}``: q ``[Hq, d]``, witness ``[S, Hkv, B]`` → ``[Hq, S]``."""
     q, w, G = _gqa(q, np.asarray(witness, np.float64))

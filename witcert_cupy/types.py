@@ -33,9 +33,11 @@ class DecodeResult:
     dot_order : (int, str) or None
         How the fp32 dot product behind the logits was summed: chains of that many channels, their
         sums combined ``'tree'`` (pairwise) or ``'chain'`` (the CPU backend's order, or the GPU
-        kernel's that ran; None for the tensor-core extend).
+        kernel's that ran; None for the tensor-core extend); ``certificate.FORM_I_ORDER``
+        (``(0, 'int')``) for logits formed by exact integer products (SPEC §6 form (I)).
     dot_height : int or None (derived from ``dot_order``)
-        That order's summation height (``certificate.sum_height``), which ``γ_t`` was computed for.
+        That order's summation height (``certificate.sum_height``), which ``γ_t`` was computed for
+        (None for form (I), whose term is ``certificate.form_i_gamma``'s).
         Backends and kernels sum in different orders, so their ``o`` differ by rounding and their
         ``cmax`` and ``log A`` by the difference of their evaluation terms, a small fraction of
         ``c_t`` (docs/certificate.md §10.1).
@@ -57,9 +59,10 @@ class DecodeResult:
 
     @property
     def dot_height(self) -> int | None:
-        if self.dot_order is None:
+        from .certificate import FORM_I_ORDER, sum_height
+
+        if self.dot_order is None or tuple(self.dot_order) == FORM_I_ORDER:
             return None
-        from .certificate import sum_height
 
         return sum_height(self.o.shape[-1], *self.dot_order)
 

@@ -13,6 +13,8 @@ from numba import njit, prange
 
 from .. import _contract as C
 from .bits import dither_row, f16_bits_to_f32
+from .form_i import logit2 as form_i_logit2
+from .form_i import query_split as form_i_query_split
 from .write import reconstruct_row
 
 _F32_MAX = np.float32(3.4028234663852886e38)
@@ -21,6 +23,7 @@ _SLACK = np.float32(C.C_EVAL_SLACK)
 _FLOOR1 = C.COEF_FLOOR_1
 _FLOOR2 = C.COEF_FLOOR_2
 _NONFINITE = -(1 << 30)  # normalized_sums' exponent for a non-finite entry
+_LN2 = np.float32(0.6931471805599453)  # the float nearest ln 2 (above it), as the GPU's
 
 TIER_NONE = 0
 
@@ -161,9 +164,13 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                   bypass_ch, band_ch, kv_indptr, kv_indices, kv_last_page_len, page_size,
                   sm_scale, layer, head_base, k0, k1, bits, group_size, tier, log_budget, beta_steps,
                   gamma_per_beta, gamma_exact, num_splits, fp16_store, tier_map, tier_k, tier_v, want_pages,
-                  dot_chunk, dot_pairwise, o_part, lse_part, lam_part, cmax_part, gam_part, page_lse, page_lam):
+                  dot_chunk, dot_pairwise, form_i, gamma_eval, o_part, lse_part, lam_part, cmax_part, gam_part,
+                  page_lse, page_lam):
     """Stage 1 over work units ``(b, kv_head, split)``; the logits' dot products in the order
-    ``(dot_chunk, dot_pairwise)`` (:func:`blocked_dot`).
+    ``(dot_chunk, dot_pairwise)`` (:func:`blocked_dot`), or with ``form_i`` as exact integer products
+    (SPEC §6 form (I), :mod:`.form_i`: the twin of ``decode_stage1_i8``; an INT8 pool at 8-bit
+    dither without outlier channels or an exact tier, ``gamma_eval = certificate.form_i_gamma()``,
+    ``gamma_per_beta = 0``; its evaluation term joins β's coefficient per group).
 
     q : float32 ``[B, Hq, d]``; ``codes_* int8 [Hkv, N, d]``; ``scales_*``, ``outl_*``, ``wit_k``:
     fp16 bits ``uint16 [Hkv, N, *]``; ``bypass_ch int32 [Hkv, 2 n_pairs]``; ``band_ch int32 [B_w, *]``.
@@ -240,6 +247,24 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
         gmax = np.zeros(G, np.float32)
         head_bad = np.zeros(G, np.bool_)  # a non-finite logit: this head's query
         pst = np.zeros((G, 5), np.float32)  # per page: m, l, m2, l2, λ infinite
+        # form (I): each head's digits, group constants and evaluation coefficients
+        fdig = np.zeros((G, 3, d), np.int64)
+        fw1 = np.zeros((G, ng), np.float32)
+        fw2 = np.zeros((G, ng), np.float32)
+        fcc = np.zeros((G, ng), np.float32)
+        fgq = np.zeros((G, ng), np.float32)
+        fsc = np.zeros((G, 3), np.float32)  # Fm, P1, P2
+        fsh = np.zeros(ng, np.int64)
+        if form_i:
+            for g in range(G):
+                ok, fm, p1, p2 = form_i_query_split(qg[g], group_size, sm_m, e_sm, gamma_eval, fdig[g], fsh,
+                                                    fw1[g], fw2[g], fcc[g], fgq[g])
+                fsc[g, 0] = fm
+                fsc[g, 1] = p1
+                fsc[g, 2] = p2
+                head_bad[g] = not ok
+        jp = np.empty(d, np.int64)
+        ksc = np.empty(ng, np.float32)
         xi = np.empty(d, np.float32)
         kh = np.empty(d, np.float32)
         vh = np.empty(d, np.float32)
@@ -279,6 +304,11 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                     dither_row(xi, slot, 0, layer, h + head_base, 0, k0, k1, bits)
                     reconstruct_row(kh, codes_k[h, slot], scales_k[h, slot], outl_k[h, slot], xi,
                                     bypass_ch[h], group_size)
+                    if form_i:  # the dither fields j' = 255 − j (ξ = (255 − 2j')/512, exactly)
+                        for c in range(d):
+                            jp[c] = np.int64((np.float32(255.0) - np.float32(512.0) * xi[c]) * np.float32(0.5))
+                        for gr in range(ng):
+                            ksc[gr] = f16_bits_to_f32(scales_k[h, slot, gr])
                     dither_row(xi, slot, 1, layer, h + head_base, 0, k0, k1, bits)
                     reconstruct_row(vh, codes_v[h, slot], scales_v[h, slot], outl_v[h, slot], xi,
                                     bypass_ch[h], group_size)
@@ -290,13 +320,17 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                 for g in range(G):
                     if head_bad[g]:
                         continue
-                    dot = blocked_dot(qg[g], kh, d, parts, dot_chunk, dot_pairwise)
                     ad = np.float32(0.0)  # Σ|q_c||x_c| over the exact channels of an INT8 pool's row
-                    if tier != TIER_NONE and not fp16_store:
-                        for c in range(d):
-                            if exact_ch[c]:
-                                ad += abs(qg[g, c]) * abs(kh[c])
-                    lt = sm_scale * dot
+                    if form_i:  # exact integer products, the logit in log2 units, then natural
+                        lt = form_i_logit2(fdig[g], codes_k[h, slot], jp, ksc, group_size, fw1[g], fw2[g], fcc[g],
+                                           fsc[g, 0], fsc[g, 1], fsc[g, 2]) * _LN2
+                    else:
+                        dot = blocked_dot(qg[g], kh, d, parts, dot_chunk, dot_pairwise)
+                        if tier != TIER_NONE and not fp16_store:
+                            for c in range(d):
+                                if exact_ch[c]:
+                                    ad += abs(qg[g, c]) * abs(kh[c])
+                        lt = sm_scale * dot
                     if not (lt <= _F32_MAX and lt >= -_F32_MAX):
                         head_bad[g] = True
                         continue
@@ -324,13 +358,15 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                         if not fp16_store:  # (Tier A alone still needs β's sum for the evaluation term)
                             u2 = np.float32(0.0)
                             beta = np.float32(0.0)
+                            gi = np.float32(0.0)  # form (I): Σ_g s_g·gq_g
                             for gr in range(ng):
                                 sg = f16_bits_to_f32(scales_k[h, slot, gr])
                                 u2 += sg * sg * b_q2[g, gr]
                                 beta += sg * b_q1[g, gr]
+                                gi += sg * fgq[g, gr]
                             if tier & 2:
                                 cab = min(cab, np.sqrt(u2) + beta)
-                            gam = gam + beta * gamma_per_beta  # ... and the quantized channels'
+                            gam = gam + beta * gamma_per_beta + gi  # ... and the quantized channels'
                         ct = cab + gam
                     ct = _finite_or_inf(ct * _SLACK)
                     gmax[g] = max(gmax[g], _finite_or_inf(gam * _SLACK))

@@ -12,7 +12,7 @@ from ..types import DecodeResult
 from . import geometry as geo
 from .build import kernel
 from .capture import capture_epoch
-from .geometry import V2_PLAIN_GROUP_SIZE, V2_THREADS, V2_TILE, _resident_ctas, f16_pipes, f16_smem_bytes
+from .geometry import I8_THREADS, V2_PLAIN_GROUP_SIZE, V2_THREADS, V2_TILE, _resident_ctas, f16_pipes, f16_smem_bytes
 from .launch import _i32, _pdl, bind_merge, launch_query
 from .pdl import Launcher
 
@@ -39,23 +39,25 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
         ``certificate.tier_code`` of the step's certificate (bit 0: a Tier-A term).
     certified : bool
         The step carries a certificate.
-    requested : {'auto', 'v1', 'v2', 'f16'}
+    requested : {'auto', 'v1', 'v2', 'f16', 'i8'}
         ``'auto'`` for the library's choice; a name forces that kernel (benchmarks, tests).
 
     Returns
     -------
     (str, bool)
-        ``'f16'`` (``decode_stage1_f16``: fp16 stores), ``'v2'`` (``decode_stage1_v2``: INT8 pools)
-        or ``'v1'`` (``decode_stage1``, which serves everything), and whether the staged-tile
-        kernel's PLAIN layout (INT8, Tier B, no outlier channels, 32-channel groups) applies.
+        ``'i8'`` (``decode_stage1_i8``: SPEC §6 form (I), INT8 pools in the PLAIN layout at 8-bit
+        dither), ``'f16'`` (``decode_stage1_f16``: fp16 stores), ``'v2'`` (``decode_stage1_v2``:
+        INT8 pools) or ``'v1'`` (``decode_stage1``, which serves everything), and whether the PLAIN
+        layout (INT8, Tier B or no certificate, no outlier channels, 32-channel groups, no exact
+        tier, no page contributions) applies.
 
     Raises
     ------
     ValueError
         For an unknown ``requested`` or a forced kernel that does not serve the step.
     """
-    if requested not in ("auto", "v1", "v2", "f16"):
-        raise ValueError(f"stage1 must be 'auto', 'v1', 'v2' or 'f16', got {requested!r}")
+    if requested not in ("auto", "v1", "v2", "f16", "i8"):
+        raise ValueError(f"stage1 must be 'auto', 'v1', 'v2', 'f16' or 'i8', got {requested!r}")
     # the staged-tile kernel serves INT8 pools at d = 128 (8-, 16- or 24-bit dither; in its general
     # layout an exact tier and, for a certified step, per-page contributions on pages of at most one
     # 32-token tile), default unroll (decode_v2.cu); the one-warp pipelined kernel (decode_f16.cu)
@@ -68,6 +70,11 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     plain = (not fp16_store and outlier_channels == 0 and group_size == V2_PLAIN_GROUP_SIZE and not tier & 1
              and not exact_tier and not page_outputs)
     f16_ok = fp16_store and layout_ok and not exact_tier and not page_outputs and num_bands <= 64
+    # the form-(I) kernel (decode_i8.cu): PLAIN at 8-bit dither
+    i8_ok = plain and layout_ok and bits == 8
+    if requested == "i8" and not i8_ok:
+        raise ValueError("decode_stage1_i8 serves d=128 INT8 pools at 8-bit dither with 32-channel groups, no outlier "
+                         "channels, exact tier or page contributions, and Tier B or no certificate")
     if requested == "v2" and not v2_ok:
         raise ValueError("decode_stage1_v2 serves d=128 INT8 pools, and page contributions only of certified "
                          "steps on pages of at most 32 tokens")
@@ -77,6 +84,8 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
         return requested, plain
     if f16_ok:
         return "f16", plain
+    if i8_ok:
+        return "i8", plain
     if v2_ok:
         return "v2", plain
     return "v1", plain
@@ -88,7 +97,7 @@ class DecodePlan:
     captured in a CUDA graph.  It reads ``q`` and the page table from the arrays it was given when
     they are already contiguous of the launch dtype (float32, int32; ``q`` starting on a 16-byte
     boundary, :func:`launch_query`): refill those in place between launches or replays.
-    ``kernel_name`` ('v1', 'v2' or 'f16') and ``stage1_template`` (the instantiation, e.g.
+    ``kernel_name`` ('v1', 'v2', 'f16' or 'i8') and ``stage1_template`` (the instantiation, e.g.
     ``decode_stage1_v2<7, 8, true>``) say which stage-1 kernel it launches."""
 
     def __init__(self, dev, q, layer, kv_indptr, kv_indices, kv_last_page_len, sm_scale, cert, ns, unroll=0,
@@ -124,7 +133,7 @@ class DecodePlan:
         sides = False  # decode_stage1_v2's PLAIN layout with the warps on the sides (below)
         split = False  # ... or on each row's channels
         npipe = f16_pipes() if stage1 == "f16" else 1  # splits per CTA
-        self.block1 = {"v2": V2_THREADS, "f16": 32 * npipe}.get(stage1, 128)
+        self.block1 = {"v2": V2_THREADS, "f16": 32 * npipe, "i8": I8_THREADS}.get(stage1, 128)
         self.smem1 = 0  # dynamic shared memory of stage 1
         if stage1 == "f16":  # the certified instantiation keeps λ's sums; the other has none
             certified = "true" if cert is not None else "false"
@@ -133,6 +142,9 @@ class DecodePlan:
             self.smem1 = f16_smem_bytes(G, dev.num_bands, cert_mod.tier_code(cert) & 1)
             if self.smem1 > self.stage1.max_dynamic_shared_size_bytes:  # (beyond 48 KB: opt in)
                 self.stage1.max_dynamic_shared_size_bytes = self.smem1
+        elif stage1 == "i8":  # (G, certified)
+            self.stage1_template = f"decode_stage1_i8<{G}, {'true' if cert is not None else 'false'}>"
+            self.stage1 = kernel("decode_i8.cu", None, self.stage1_template)
         elif stage1 == "v2":  # the second template argument: dither bits
             # the third: the default layout as constants (no outlier channels, 32-channel groups, no
             # Tier-A term; decode_v2.cu), the same results in less code
@@ -157,6 +169,9 @@ class DecodePlan:
                 ns = ns - ns % npipe if ns >= npipe else ns
             elif stage1 == "v2":
                 ns = dev.v2_num_splits(B, resident, tokens)
+            elif stage1 == "i8":  # one wave of its one-warp CTAs, splits of at least one tile
+                ns = dev.default_num_splits(B, resident, max_splits=geo.I8_MAX_SPLITS, tokens=tokens,
+                                            min_tokens=geo.I8_MIN_TOKENS)
             else:
                 ns = dev.default_num_splits(B, resident)
         # geo.V2_SPLIT_MIN_G needs the split count, which the sides' residency chose; the split keeps it
@@ -169,8 +184,11 @@ class DecodePlan:
         # the certificate's per-launch constants (SPEC §4.1: the kernel's own evaluation term, for the
         # summation order of the instantiation chosen above)
         self.dot_order = geo.stage1_dot_order(stage1, d, G, split=split, plain=stage1 == "v2" and plain)
-        beta, gpb, gex = cert_mod.kernel_scalars(cert_mod.sum_height(d, *self.dot_order), sm_scale,
-                                                 None if dev.fp16_store else bits)
+        if stage1 == "i8":  # exact integer products: β, and the form-(I) term formed in the kernel
+            beta, gpb, gex = cert_mod.beta_steps(bits), np.float32(0), np.float32(0)
+        else:
+            beta, gpb, gex = cert_mod.kernel_scalars(cert_mod.sum_height(d, *self.dot_order), sm_scale,
+                                                     None if dev.fp16_store else bits)
         self.o_part = cp.empty((B, Hq, ns, d), cp.float32)
         self.lse_part = cp.empty((B, Hq, ns), cp.float32)
         self.lam_part = cp.empty((B, Hq, ns), cp.float32)
@@ -188,6 +206,12 @@ class DecodePlan:
                           _i32(layer), _i32(dev.num_bands), _i32(int(math.log2(p.page_size))), _i32(p.num_pages),
                           _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)), np.float32(sm_scale),
                           np.float32(gex))
+        elif self.kernel_name == "i8":
+            self.args1 = (self.q, data, scales, self.ip, self.ix, self.ll, self.o_part, self.lse_part, self.lam_part,
+                          self.cmax_part, self.gam_part, np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer),
+                          _i32(p.kv_head_offset), _i32(int(math.log2(p.page_size))), _i32(p.num_pages),
+                          _i32(self.ix.shape[0]), _i32(ns), np.uint32(k0), np.uint32(k1), np.float32(sm_scale),
+                          np.float32(logb), np.float32(beta), cert_mod.form_i_gamma())
         elif self.kernel_name == "v2":
             tier, tier_dims = self._exact_tier(layer)
             pages = (self.page_lse, self.page_lam) if P > 0 else (np.uint64(0), np.uint64(0))

@@ -66,9 +66,14 @@ F16_HALF = 64
 
 
 def stage1_dot_order(kernel: str, head_dim: int, G: int, *, split: bool, plain: bool = True) -> tuple:
-    """``(chunk, combine)``: how stage-1 kernel ``kernel`` ('v1', 'v2' or 'f16') sums the logit's
-    dot product (:func:`witcert_cupy.certificate.sum_height`); ``split`` and ``plain``: the
-    staged-tile instantiation's layout."""
+    """``(chunk, combine)``: how stage-1 kernel ``kernel`` ('v1', 'v2', 'f16' or 'i8') sums the
+    logit's dot product (:func:`witcert_cupy.certificate.sum_height`); ``split`` and ``plain``: the
+    staged-tile instantiation's layout.  ``decode_stage1_i8`` forms it by exact integer products:
+    ``certificate.FORM_I_ORDER``."""
+    if kernel == "i8":
+        from ..certificate import FORM_I_ORDER
+
+        return FORM_I_ORDER
     if kernel == "v1":
         return GENERAL_VEC, "tree"
     if kernel == "f16":
@@ -78,12 +83,23 @@ def stage1_dot_order(kernel: str, head_dim: int, G: int, *, split: bool, plain: 
     return head_dim, "chain"
 
 
-def stage1_dot_height(kernel: str, head_dim: int, G: int, *, split: bool, plain: bool = True) -> int:
-    """The summation height of :func:`stage1_dot_order`, what the kernel's evaluation term is for."""
+def stage1_dot_height(kernel: str, head_dim: int, G: int, *, split: bool, plain: bool = True) -> int | None:
+    """The summation height of :func:`stage1_dot_order`, what the kernel's evaluation term is for
+    (None for the form-(I) kernel, which has no fp32 dot product)."""
     from ..certificate import sum_height
+
+    if kernel == "i8":
+        return None
 
     return sum_height(head_dim, *stage1_dot_order(kernel, head_dim, G, split=split, plain=plain))
 
+
+# decode_stage1_i8 (cuda/decode_i8.cu): one warp per CTA; its default split count fills one wave of
+# its resident CTAs with splits of at least one 32-token tile, at most I8_MAX_SPLITS (decode_merge's
+# prefetch holds 128)
+I8_THREADS = 32
+I8_MAX_SPLITS = 128
+I8_MIN_TOKENS = 32
 
 # one-warp pipelines (splits) per CTA of decode_stage1_f16: F16_PIPES of
 # cuda/decode_f16_geometry.cuh (tests/test_cuda_compile.py checks the two agree)

@@ -1,0 +1,545 @@
+// decode_i8.cu — stage 1 of the split-KV decode in SPEC §6's form (I): the logits as exact integer
+// tensor-core products of the stored code and dither bytes with a three-digit integer split of the
+// power-of-two-scaled query, the values as integer products of the same bytes with two digits of
+// p̃·s.  INT8 pool at d = 128, 8-bit dither, scale groups of 32, Tier B (or no certificate), no
+// outlier channels, Tier-A term, exact tier or page contributions: the configuration
+// decode_stage1_v2's PLAIN serves in form (F), with the same inputs and outputs (SPEC §4–6).
+//
+// decode_stage1_i8<G, CERT>: grid (num_splits, Hkv, B), one warp per CTA serving the kv head's G ≤ 8
+// query heads over its split, 32-token tiles through a two-deep cp.async pipeline.  Lane 4g + t
+// ("thread (g, t)") owns query head g (rows g ≥ G compute on zeros) and, within a tile, the tokens
+// τ(n, i) = 8n + 2t + i (n < 4, i < 2).  Per tile:
+//   1. lane = token: its 16 Philox calls (8 chunks × K, V), the fields stored as j' = 255 − j into
+//      the warp's dither tiles beside the staged code tiles (rows of 144 bytes: ldmatrix's eight
+//      16-byte rows fall on distinct banks);
+//   2. K: per 8 tokens and scale group, four m16n8k32 products (rows g: head g, g + 8: its second
+//      partial sum; columns: tokens; k: the group's 32 channels, ldmatrix fragments)
+//        R0 = Σ a0·k,  R1 = Σ a1·k + Σ a0·j',  R2 = Σ a2·k + Σ a1·j'      (s32, exact)
+//      so that Σ_c Q_c·(512k_c + 2j'_c − 255) = 2^25 R0 + 2^17 R1 + 2^9 R2 − 255·ΣQ + 2·Σ a2·j';
+//      then in fp32 Z = fma(fl(256·R0 + R1), W1, fma(R2, W2, C)) per group and
+//      ℓ̃ = ((Σ_g s_g Z_g)·Fm)·P1·P2 in log2 units (docs/certificate.md §11, which bounds every
+//      difference from sm·q·x̂ in the β-shaped coefficient the certificate adds);
+//   3. the online softmax of head g over its 8 tokens (quad reductions), Tier B's c_t and λ;
+//   4. V: P' = p̃·s_g per token and group as Y = rint(P'·σ), σ = 63·2^16 over the tile's largest
+//      P' of the head and group, in three digits (b0 ∈ [0, 63], b1, b2 signed bytes), and per 16
+//      channels four m16n8k32 products over the 32 tokens (ldmatrix.trans, the bytes regrouped by
+//      prmt) give R0 = Σ b0·k, R1 = Σ b1·k + Σ b0·j', R2 = Σ b2·k + Σ b1·j' exactly;
+//      o += (2^8·(256·R0 + R1) + R2)/σ, and −(255/512)·ΣP' per group at the end.
+// The values are held to SPEC §9's flash-attention rule (V does not enter the certificate); the
+// weights they apply are p̃ to 22 bits of each tile's largest, so both readings of p̃ (SPEC §5)
+// agree within fp32 resolution.
+// Why (docs/performance.md): the form-(F) read path's floor (fp32 dequantization, dot products and
+// V accumulation) is 1.16–1.42× SDPA; here no element is converted or multiplied in fp32.
+// Never reads out of bounds: page ids outside the pool, an inconsistent kv_indptr or a bad
+// last-page length poison the split (NaN output, infinite certificate); a token past the split's
+// end stages zeros.  A head whose query is not finite, or whose logit is not, is poisoned alone; a
+// non-finite V scale in the split makes every head's output NaN and certificate infinite (SPEC §3.6).
+#include "common.cuh"
+#include "philox.cuh"
+#include "cp_async.cuh"
+#include "griddep.cuh"
+#include "certificate.cuh"
+#include "tc_operands.cuh"
+
+#define I8_TILE 32
+#define I8_D 128
+#define I8_NG 4
+
+// A staged tile (codes or dither fields): 32 rows of 128 bytes, each row's 16-byte chunks swizzled
+// (chunk c of row r at c ^ (r & 7)), so that ldmatrix's eight rows of one chunk, the eight 16-byte
+// copies of one row and a quarter-warp's 16-byte stores to eight rows fall on distinct banks
+WC_D int i8_off(int row, int chunk) { return row * I8_D + ((chunk ^ (row & 7)) << 4); }
+
+// the warp's shared memory: two buffers of staged code rows and scales per side, one tile of
+// dither fields per side; the set-up (query, digits, coefficients) uses the dither tiles' space
+// before the first tile's fields are written
+struct I8Smem {
+    u8 codes[2][2][I8_TILE * I8_D];     // [buffer][side][i8_off(token, chunk)]
+    u8 dith[2][I8_TILE * I8_D];         // [side][i8_off(token, chunk)]: j' = 255 − j
+    u16 sc[2][2][I8_TILE][I8_NG];       // [buffer][side][token][group]: fp16 scales
+    float lt[8][I8_TILE];               // [head][token]: the tile's logits (log2 units)
+    float4 cf[8][I8_NG];                // [head][group]: W1, C, Tier B's a1, a2 (read where used)
+    // the query digits as K's A fragments, [group][head][t]: {a0, a1} of channels 32γ + 4t .. and
+    // 32γ + 16 + 4t .., and a2 of both (thread (g, t)'s loads fall on distinct banks)
+    uint4 qd01[I8_NG][8][4];
+    uint2 qd2[I8_NG][8][4];
+};
+struct I8Setup {
+    float q[8][I8_D];           // the G query rows
+    u32 dig[3][8][I8_D / 4];    // digits a0, a1, a2 per head, four channels a word
+    float head[8][4];           // per head: Fm, P1, P2, ρ
+    int flags[8];               // per head: bit 0 query not finite, bit 1 coefficients overflow
+};
+static_assert(sizeof(I8Setup) <= sizeof(((I8Smem*)0)->dith), "the set-up lives in the dither tiles");
+
+// byte k of each of four words into one word, a's first
+WC_D u32 i8_pack4(u32 a, u32 b, u32 c, u32 d, int k) {
+    const u32 sel = (u32)k | ((u32)(k + 4) << 4);
+    return prmt(prmt(a, b, sel), prmt(c, d, sel), 0x5410u);
+}
+
+template <int G, bool CERT>
+__global__ void __launch_bounds__(32) decode_stage1_i8(
+    const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
+    const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices, const int* __restrict__ kv_last_page_len,
+    float* __restrict__ o_part, float* __restrict__ lse_part, float* __restrict__ lam_part,
+    float* __restrict__ cmax_part, float* __restrict__ gam_part, i64 N, int H, int layer, int head_base,
+    int page_shift, int num_pages, int nnz, int num_splits, u32 k0, u32 k1, float sm, float log_budget,
+    float beta_steps, float gamma_eval) {
+    static_assert(G >= 1 && G <= 8, "G: 1 to 8 query heads per kv head");
+    __shared__ __align__(16) I8Smem sh;
+    I8Setup& su = *reinterpret_cast<I8Setup*>(&sh.dith[0][0]);
+
+    griddep_wait();  // before the first global access (griddep.cuh)
+    const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+    const int Hq = H * G;
+    // the query rows first: their round trip overlaps the page table's
+    float qr[G * I8_D / 32];
+#pragma unroll
+    for (int i = 0; i < G * I8_D / 32; ++i) {
+        const int idx = lane + 32 * i;
+        qr[i] = q[((i64)b * Hq + h * G + idx / I8_D) * I8_D + idx % I8_D];
+    }
+    const RequestPages rp = request_pages(kv_indptr, kv_last_page_len, b, nnz, page_shift);
+    bool poisoned = rp.poisoned;
+    const SplitTokens st = split_tokens(rp, s, num_splits, page_shift);
+    const i64 ta = st.ta, tb = st.tb;
+    const u32 ctr2 = dither_ctr2(layer, h + head_base);
+    const i64 rowk = pool_row(layer, 0, H, h, N), rowv = pool_row(layer, 1, H, h, N);
+
+    // ---- the tile pipeline's loads: lane = token; eight lanes copy one row's 128 code bytes
+    // (lane & 7 = its 16-byte piece, the row's slot by shuffle), each lane its own row's scales;
+    // rows past the split's end or on a bad page land as zeros
+    auto page_of = [&](i64 t0n) { return tile_page(kv_indices, rp.p0, t0n, tb, lane, page_shift); };
+    auto slot_at = [&](i64 t0n, int page) { return tile_slot(t0n, tb, lane, page, page_shift, num_pages, poisoned); };
+    auto stage = [&](int buf, i64 sl_) {
+        const bool v = sl_ >= 0;
+        const u32 slot = v ? (u32)sl_ : 0u;
+        const u32 vm = __ballot_sync(0xffffffffu, v);
+#pragma unroll
+        for (int i = 0; i < I8_TILE / 4; ++i) {
+            const int r = 4 * i + (lane >> 3);
+            const u32 sr = __shfl_sync(0xffffffffu, slot, r);
+            const bool vr = (vm >> r) & 1u;
+            const int so = i8_off(r, lane & 7);
+            cp_async16_zfill(&sh.codes[buf][0][so], codes + (rowk + sr) * I8_D + 16 * (lane & 7), vr);
+            cp_async16_zfill(&sh.codes[buf][1][so], codes + (rowv + sr) * I8_D + 16 * (lane & 7), vr);
+        }
+        cp_async8_zfill(&sh.sc[buf][0][lane][0], scales + (rowk + slot) * I8_NG, v);
+        cp_async8_zfill(&sh.sc[buf][1][lane][0], scales + (rowv + slot) * I8_NG, v);
+        cp_async_commit();
+    };
+    int pg = 0;
+    i64 sl = -1;
+    if (ta < tb) {
+        pg = page_of(ta);
+        sl = slot_at(ta, pg);
+        stage(0, sl);  // the first tile's rows load during the set-up
+        pg = page_of(ta + I8_TILE);
+    }
+
+    // ---- set-up, lane (g, γ = t): head g's group γ
+#pragma unroll
+    for (int i = 0; i < G * I8_D / 32; ++i) {
+        const int idx = lane + 32 * i;
+        su.q[idx / I8_D][idx % I8_D] = qr[i];
+    }
+    __syncwarp();
+    const SmSplit smx = sm_split(sm);
+    // (K1, K2: c_t in log2 units with its slack, docs/certificate.md §6)
+    const float K1 = __fmul_ru((float)WC_C_EVAL_SLACK, WC_LOG2E_UP), K2 = __fmul_ru(K1, K1);
+    const float log_term = log_budget + logf((float)max(rp.S, (i64)1));
+    {
+        const int gr = t;
+        const float* qg = &su.q[g < G ? g : 0][32 * gr];
+        float mx = 0.0f;
+        bool fin = g < G;
+        for (int i = 0; i < 32; ++i) {  // (rotated by lane: the quad's reads fall on distinct banks)
+            const float v = qg[(i + lane) & 31];
+            fin = fin && fabsf(v) <= WC_F32_MAX;
+            mx = fmaxf(mx, fabsf(v));
+        }
+        if (g >= G) mx = 0.0f;
+        int eg;
+        frexpf(mx, &eg);
+        const int ENONE = -100000;  // a zero group
+        const int e_own = (mx > 0.0f && fin) ? eg : ENONE;
+        int eh = e_own;
+        eh = max(eh, __shfl_xor_sync(0xffffffffu, eh, 1));
+        eh = max(eh, __shfl_xor_sync(0xffffffffu, eh, 2));
+        int fq = (int)fin;  // the head's whole query is finite
+        fq &= __shfl_xor_sync(0xffffffffu, fq, 1);
+        fq &= __shfl_xor_sync(0xffffffffu, fq, 2);
+        const bool hfin = fq != 0;
+        if (eh == ENONE) eh = 0;  // an all-zero query: every digit 0
+        const int delta = e_own == ENONE ? 0 : min(eh - e_own, WC_FORM_I_MAX_GROUP_SHIFT);
+        const int S = WC_FORM_I_QUERY_BITS - eh + delta;
+        // the split: Q = rint(q·2^S) = 2^16 a0 + 2^8 a1 + a2, r = q·2^S − Q (both exact)
+        int sumQ = 0, sa0 = 0, sa1 = 0, sa2 = 0;
+        double sr = 0.0;
+#pragma unroll 1
+        for (int w = 0; w < 8; ++w) {
+            u32 wd[3] = {0u, 0u, 0u};
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float qs = hfin ? ldexpf(qg[4 * w + k], S) : 0.0f;
+                const float qf = rintf(qs);
+                const int Q = (int)qf;
+                sr = __dadd_ru(sr, (double)fabsf(qs - qf));
+                const int a2 = ((Q + 128) & 255) - 128;
+                const int q1 = (Q - a2) >> 8;
+                const int a1 = ((q1 + 128) & 255) - 128;
+                const int a0 = (q1 - a1) >> 8;
+                sumQ += Q;
+                sa0 += abs(a0), sa1 += abs(a1), sa2 += abs(a2);
+                wd[0] |= ((u32)a0 & 0xFFu) << (8 * k);
+                wd[1] |= ((u32)a1 & 0xFFu) << (8 * k);
+                wd[2] |= ((u32)a2 & 0xFFu) << (8 * k);
+            }
+#pragma unroll
+            for (int d = 0; d < 3; ++d) su.dig[d][g][8 * gr + w] = wd[d];
+        }
+        // the evaluation term per unit of the token's scale (docs/certificate.md §11):
+        // sm·2^(−9−S)·(65279·Σ|r| + 510·Σ|a2| + γ_n·(2^17·Σ(32767|a0| + 127|a1|) + 2^9·Σ(127|a2| +
+        // 255|a1|) + 255·|ΣQ|)), every step rounded up
+        double x = __dadd_ru(__dmul_ru((double)WC_FORM_I_RESIDUAL_BOUND, sr), (double)WC_FORM_I_DROPPED_BOUND * sa2);
+        const double terms = 131072.0 * (32767.0 * sa0 + 127.0 * sa1) + 512.0 * (127.0 * sa2 + 255.0 * sa1) +
+                             255.0 * fabs((double)sumQ);  // (integers below 2^53: exact)
+        x = __dadd_ru(x, __dmul_ru((double)gamma_eval, terms));
+        const float gq = hfin ? coef_up(__double2float_ru(__dmul_ru((double)smx.m, x)), smx.e - 9 - S,
+                                        WC_COEF_FLOOR_1)
+                              : 0.0f;
+        // Tier B's coefficients on the group's normalized query (certificate.cuh)
+        float b2 = 0.0f, b1 = 0.0f;
+        if (CERT && hfin) {
+            float q1, q2;
+            int en;
+            normalized_sums(qg, 32, [](int i) { return i; }, [](int) { return false; }, q1, q2, en);
+            group_coefficients(smx, q1, q2, en, log_term, beta_steps, b2, b1);
+        }
+        float a2c = __fmul_ru(b2, K2), a1c = __fmul_ru(__fadd_ru(b1, gq), K1);
+        const bool cinf = !(a2c <= WC_F32_MAX && a1c <= WC_F32_MAX);
+        if (cinf) a2c = a1c = 0.0f;
+        // Γ ≤ ρ·cmax (docs/certificate.md §10.4): ρ = min(sqrt(Σ_g gq²/b2)·slack, max_g gq/(b1 + gq))
+        float csq = gq == 0.0f || b2 == 0.0f ? 0.0f : __fdiv_ru(__fmul_ru(gq, gq), b2);
+        float rq = gq == 0.0f ? 0.0f : __fdiv_ru(gq, __fadd_rd(b1, gq));
+        if (gq != 0.0f && b2 == 0.0f) csq = INFINITY;
+        csq = __fadd_ru(csq, __shfl_xor_sync(0xffffffffu, csq, 1));
+        csq = __fadd_ru(csq, __shfl_xor_sync(0xffffffffu, csq, 2));
+        rq = fmaxf(rq, __shfl_xor_sync(0xffffffffu, rq, 1));
+        rq = fmaxf(rq, __shfl_xor_sync(0xffffffffu, rq, 2));
+        const int anyinf = __shfl_xor_sync(0xffffffffu, (int)cinf, 1) | (int)cinf;
+        const int hinf = anyinf | __shfl_xor_sync(0xffffffffu, anyinf, 2);
+        sh.cf[g][gr] = make_float4(ldexpf(1.0f, 17 - delta), (float)ldexp(-255.0 * (double)sumQ, -delta), a1c, a2c);
+        if (gr == 0) {
+            const int E = smx.e + eh - 31;
+            const int E1 = min(max(E, -126), 127), E2 = E - E1;
+            float* hd = su.head[g];
+            hd[0] = __fmul_rn(smx.m, WC_LOG2E);
+            hd[1] = ldexpf(1.0f, E1);
+            hd[2] = E2 >= -126 ? ldexpf(1.0f, E2) : 0.0f;
+            hd[3] = fminf(__fmul_ru(__fsqrt_ru(csq), (float)WC_C_EVAL_SLACK), rq);
+            su.flags[g] = (hfin ? 0 : 1) | (hinf ? 2 : 0);
+        }
+    }
+    __syncwarp();
+    // thread (g, t): head g's digits as A fragments (channels 32γ + 4t .. and 32γ + 16 + 4t .. of
+    // each group γ), its group constants and certificate coefficients
+    // (rows g >= G: zero digits, flagged as not finite, never stored)
+#pragma unroll
+    for (int gr = 0; gr < I8_NG; ++gr) {
+        const int lo = 8 * gr + t, hi = 8 * gr + 4 + t;
+        sh.qd01[gr][g][t] = make_uint4(su.dig[0][g][lo], su.dig[1][g][lo], su.dig[0][g][hi], su.dig[1][g][hi]);
+        sh.qd2[gr][g][t] = make_uint2(su.dig[2][g][lo], su.dig[2][g][hi]);
+    }
+    const float Fm = su.head[g][0], P1 = su.head[g][1], P2 = su.head[g][2], rho = su.head[g][3];
+    const int hflags = su.flags[g];
+    __syncwarp();  // the set-up's space is the dither tiles from here on
+
+    // ---- per-thread state of head g: the softmax (m, l: l over the thread's tokens, m the quad's),
+    // o for channels 16cb + 4t .. + 3 (cb < 8) before the division by l, Σ P' per group over the
+    // thread's tokens, λ's running maximum and sum over its tokens, cmax (log2 units)
+    float m = -INFINITY, l = 0.0f, m2 = -INFINITY, l2 = 0.0f, cmx = (hflags & 2) ? INFINITY : 0.0f;
+    float o[8][4], cs[I8_NG];
+#pragma unroll
+    for (int cb = 0; cb < 8; ++cb) o[cb][0] = o[cb][1] = o[cb][2] = o[cb][3] = 0.0f;
+#pragma unroll
+    for (int gr = 0; gr < I8_NG; ++gr) cs[gr] = 0.0f;
+    bool hbad = false, vbad = false;
+    const int zero4[4] = {0, 0, 0, 0};
+
+    int it = 0;
+    for (i64 t0 = ta; t0 < tb; t0 += I8_TILE, ++it) {
+        const int buf = it & 1;
+        const bool valid = sl >= 0;
+        const u32 slot = valid ? (u32)sl : 0u;
+        const u32 vm = __ballot_sync(0xffffffffu, valid);
+        // the next tile's rows start loading now (the buffer they land in was last read by the
+        // previous tile, which every lane finished before its closing __syncwarp)
+        const i64 sln = slot_at(t0 + I8_TILE, pg);
+        if (t0 + I8_TILE < tb) stage(buf ^ 1, sln);
+        else cp_async_commit();  // (an empty group keeps the wait below uniform)
+        pg = page_of(t0 + 2 * I8_TILE);
+        // 1. this tile's dither fields, j' = 255 − j
+#pragma unroll
+        for (int sd = 0; sd < 2; ++sd)
+#pragma unroll
+            for (int c = 0; c < 8; ++c) {
+                const u32x4 w = philox10(slot, dither_ctr1(sd, c), ctr2, 0u, k0, k1);
+                *reinterpret_cast<uint4*>(&sh.dith[sd][i8_off(lane, c)]) = make_uint4(~w.x, ~w.y, ~w.z, ~w.w);
+            }
+        cp_async_wait_group<1>();
+        __syncwarp();
+        // 2. K: the thread's tokens' logits ℓ̃ (log2 units)
+        // (two of the four 8-token blocks at a time, through shared memory: with all four in flight
+        // ptxas holds every block's fragments at once and spills)
+#pragma unroll 2
+        for (int n = 0; n < 4; ++n) {
+            uint2 ksc[2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) ksc[i] = *reinterpret_cast<const uint2*>(&sh.sc[buf][0][8 * n + 2 * t + i][0]);
+            float inner[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {  // groups 2hf, 2hf + 1: one ldmatrix.x4 per tile
+                u32 kc[4], kd[4];
+                const int so = i8_off(8 * n + (lane & 7), 4 * hf + (lane >> 3));
+                ldsm_x4(kc, &sh.codes[buf][0][so]);
+                ldsm_x4(kd, &sh.dith[0][so]);
+#pragma unroll
+                for (int gg = 0; gg < 2; ++gg) {
+                    const int gr = 2 * hf + gg;
+                    // a0, a1 (low k, rows g and g + 8), a0, a1 (high k); a2 low, high
+                    const uint4 a01 = sh.qd01[gr][g][t];
+                    const uint2 a2 = sh.qd2[gr][g][t];
+                    int c01[4], c2[4];
+                    imma_k32<false>(c01, a01.x, a01.y, a01.z, a01.w, kc[2 * gg], kc[2 * gg + 1], zero4);
+                    imma_k32<true>(c01, 0u, a01.x, 0u, a01.z, kd[2 * gg], kd[2 * gg + 1], c01);
+                    imma_k32<false>(c2, a2.x, 0u, a2.y, 0u, kc[2 * gg], kc[2 * gg + 1], zero4);
+                    imma_k32<true>(c2, a01.y, 0u, a01.w, 0u, kd[2 * gg], kd[2 * gg + 1], c2);
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        // Z = fma(fl(256·R0 + R1), W1, fma(R2, W1/256, C)) (W1 a power of two)
+                        const float4 cq = sh.cf[g][gr];
+                        const float fy = __int2float_rn((c01[i] << 8) + c01[2 + i]);
+                        const float z = __fmaf_rn(fy, cq.x, __fmaf_rn(__int2float_rn(c2[i]), cq.x * 0.00390625f, cq.y));
+                        const u32 sw = gr < 2 ? ksc[i].x : ksc[i].y;
+                        const float sg = f16_to_f32((u16)(sw >> (16 * (gr & 1))));
+                        inner[i] = gr == 0 ? __fmul_rn(sg, z) : __fmaf_rn(sg, z, inner[i]);
+                    }
+                }
+            }
+            *reinterpret_cast<float2*>(&sh.lt[g][8 * n + 2 * t]) =
+                make_float2(__fmul_rn(__fmul_rn(__fmul_rn(inner[0], Fm), P1), P2),
+                            __fmul_rn(__fmul_rn(__fmul_rn(inner[1], Fm), P1), P2));
+        }
+        __syncwarp();
+        float lt[4][2];
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+            const float2 v = *reinterpret_cast<const float2*>(&sh.lt[g][8 * n + 2 * t]);
+            lt[n][0] = v.x, lt[n][1] = v.y;
+        }
+        // 3. the online softmax over the tile (head g: the quad's 32 tokens)
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const bool v = (vm >> (8 * n + 2 * t + i)) & 1u;
+                if (v && !is_finite32(lt[n][i])) hbad = true;
+                if (v) mx = fmaxf(mx, lt[n][i]);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mn = fmaxf(m, mx);
+        const bool live = mn != -INFINITY;
+        const float alpha = live ? exp2f(m - mn) : 1.0f;
+        m = mn;
+        float p[4][2];
+        float psum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const bool v = (vm >> (8 * n + 2 * t + i)) & 1u;
+                p[n][i] = live && v ? exp2f(lt[n][i] - mn) : 0.0f;
+                psum += p[n][i];
+            }
+        l = __fmaf_rn(l, alpha, psum);
+        if constexpr (CERT) {  // Tier B's c_t (log2 units, with the slack), cmax and λ's sum over the tile
+            float x[4][2];
+            float mx2 = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < 4; ++n)
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const uint2 kw = *reinterpret_cast<const uint2*>(&sh.sc[buf][0][8 * n + 2 * t + i][0]);
+                    float u2 = 0.0f, be = 0.0f;
+#pragma unroll
+                    for (int gr = 0; gr < I8_NG; ++gr) {
+                        const float4 cq = sh.cf[g][gr];
+                        const float s1 = f16_to_f32((u16)((gr < 2 ? kw.x : kw.y) >> (16 * (gr & 1))));
+                        u2 += __fmul_rn(s1, s1) * cq.w;
+                        be += s1 * cq.z;
+                    }
+                    float u;
+                    asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(u) : "f"(u2));
+                    const bool v = (vm >> (8 * n + 2 * t + i)) & 1u;
+                    const float c2 = u + be;
+                    if (v) cmx = fmaxf(cmx, c2);
+                    x[n][i] = v ? lt[n][i] + c2 : -INFINITY;
+                    mx2 = fmaxf(mx2, x[n][i]);
+                }
+            // (the tile's terms under one new maximum: one rescale of the running sum; an infinite
+            // c_t makes cmax infinite, which the end reports as λ = +inf)
+            const float mn2 = fmaxf(m2, mx2);
+            if (mn2 != -INFINITY) {
+                float add = 0.0f;
+#pragma unroll
+                for (int n = 0; n < 4; ++n)
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) add += exp2f(x[n][i] - mn2);
+                l2 = __fmaf_rn(l2, exp2f(m2 - mn2), add);
+                m2 = mn2;
+            }
+        }
+        // 4. V: P' = p̃·s per token and group, its digits, and o += P'·V̂
+        uint2 vsc[4][2];
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) vsc[n][i] = *reinterpret_cast<const uint2*>(&sh.sc[buf][1][8 * n + 2 * t + i][0]);
+#pragma unroll
+        for (int cb = 0; cb < 8; ++cb) o[cb][0] *= alpha, o[cb][1] *= alpha, o[cb][2] *= alpha, o[cb][3] *= alpha;
+#pragma unroll
+        for (int gr = 0; gr < I8_NG; ++gr) {
+            float pp[4][2];
+            float pm = 0.0f, ps = 0.0f;
+#pragma unroll
+            for (int n = 0; n < 4; ++n)
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const u32 sw = gr < 2 ? vsc[n][i].x : vsc[n][i].y;
+                    const float sv = f16_to_f32((u16)(sw >> (16 * (gr & 1))));
+                    if (((vm >> (8 * n + 2 * t + i)) & 1u) && !is_finite32(sv)) vbad = true;
+                    pp[n][i] = __fmul_rn(p[n][i], sv);
+                    pm = fmaxf(pm, pp[n][i]);
+                    ps += pp[n][i];
+                }
+            cs[gr] = __fmaf_rn(cs[gr], alpha, ps);
+            pm = fmaxf(pm, __shfl_xor_sync(0xffffffffu, pm, 1));
+            pm = fmaxf(pm, __shfl_xor_sync(0xffffffffu, pm, 2));
+            // Y = rint(P'·σ) = 2^16 b0 + 2^8 b1 + b2 with σ = 63·2^16/max (Y < 2^22, so it is the low
+            // bits of y + 1.5·2^23 rounded to nearest): b2 is Y's low byte, b1 byte 1 of Y + 128, b0
+            // byte 2 of Y + 128 + 2^15 (balanced base-256 digits, b0 in [0, 63])
+            const bool pos = pm > 0.0f && pm <= WC_F32_MAX;
+            const float sig = pos ? __fdividef(4128768.0f, pm) : 0.0f;
+            const float vw1 = __fmul_rn(pm, 1.0f / 16128.0f), vw2 = __fmul_rn(pm, 1.0f / 4128768.0f);  // 2^8/σ, 1/σ
+            u32 y2[4][2], y1[4][2], y0[4][2];
+#pragma unroll
+            for (int n = 0; n < 4; ++n)
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const u32 tb = __float_as_uint(__fmaf_rn(pp[n][i], sig, 12582912.0f));
+                    const u32 u = tb - (0x4B400000u - 128u);
+                    y2[n][i] = tb;
+                    y1[n][i] = u;
+                    y0[n][i] = u + 32768u;
+                }
+            // A fragments: rows g the digits b0 and b2, rows g + 8 b1, k = the tokens of V's B fragments
+            const u32 b0lo = i8_pack4(y0[0][0], y0[0][1], y0[1][0], y0[1][1], 2);
+            const u32 b0hi = i8_pack4(y0[2][0], y0[2][1], y0[3][0], y0[3][1], 2);
+            const u32 b1lo = i8_pack4(y1[0][0], y1[0][1], y1[1][0], y1[1][1], 1);
+            const u32 b1hi = i8_pack4(y1[2][0], y1[2][1], y1[3][0], y1[3][1], 1);
+            const u32 b2lo = i8_pack4(y2[0][0], y2[0][1], y2[1][0], y2[1][1], 0);
+            const u32 b2hi = i8_pack4(y2[2][0], y2[2][1], y2[3][0], y2[3][1], 0);
+#pragma unroll
+            for (int hb = 0; hb < 2; ++hb) {  // channels 16cb .. 16cb + 15, cb = 2·gr + hb
+                const int cb = 2 * gr + hb;
+                u32 vc[4], vd[4];
+                ldsm_x4_trans(vc, &sh.codes[buf][1][i8_off(lane, cb)]);
+                ldsm_x4_trans(vd, &sh.dith[1][i8_off(lane, cb)]);
+#pragma unroll
+                for (int odd = 0; odd < 2; ++odd) {  // channels 16cb + 2n' + odd, n' < 8
+                    const u32 sel = odd ? 0x7531u : 0x6420u;
+                    const u32 bk0 = prmt(vc[0], vc[1], sel), bk1 = prmt(vc[2], vc[3], sel);
+                    const u32 bj0 = prmt(vd[0], vd[1], sel), bj1 = prmt(vd[2], vd[3], sel);
+                    // R0 = Σ b0·k (rows g), R1 = Σ b1·k + Σ b0·j' (rows g + 8), R2 = Σ b2·k + Σ b1·j'
+                    int c[4], c2[4];
+                    imma_k32<false>(c, b0lo, b1lo, b0hi, b1hi, bk0, bk1, zero4);
+                    imma_k32<true>(c, 0u, b0lo, 0u, b0hi, bj0, bj1, c);
+                    imma_k32<false>(c2, b2lo, 0u, b2hi, 0u, bk0, bk1, zero4);
+                    imma_k32<true>(c2, b1lo, 0u, b1hi, 0u, bj0, bj1, c2);
+#pragma unroll
+                    for (int i = 0; i < 2; ++i)  // columns 2t + i: channels 16cb + 4t + 2i + odd
+                        o[cb][2 * i + odd] = __fmaf_rn(__int2float_rn((c[i] << 8) + c[2 + i]), vw1,
+                                                       __fmaf_rn(__int2float_rn(c2[i]), vw2, o[cb][2 * i + odd]));
+                }
+            }
+        }
+        sl = sln;
+        __syncwarp();  // every lane's reads of this tile's buffers are done
+    }
+    cp_async_wait_group<0>();
+
+    // ---- the quad's sums: l, ΣP', λ's (m2, l2) under one maximum, cmax; the head's flags
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+        l += __shfl_xor_sync(0xffffffffu, l, off);
+#pragma unroll
+        for (int gr = 0; gr < I8_NG; ++gr) cs[gr] += __shfl_xor_sync(0xffffffffu, cs[gr], off);
+        cmx = fmaxf(cmx, __shfl_xor_sync(0xffffffffu, cmx, off));
+        hbad = __shfl_xor_sync(0xffffffffu, (int)hbad, off) || hbad;
+    }
+    float M2 = m2;
+    M2 = fmaxf(M2, __shfl_xor_sync(0xffffffffu, M2, 1));
+    M2 = fmaxf(M2, __shfl_xor_sync(0xffffffffu, M2, 2));
+    l2 = m2 == -INFINITY ? 0.0f : l2 * exp2f(m2 - M2);
+    l2 += __shfl_xor_sync(0xffffffffu, l2, 1);
+    l2 += __shfl_xor_sync(0xffffffffu, l2, 2);
+    vbad = __any_sync(0xffffffffu, vbad);
+    poisoned = __any_sync(0xffffffffu, poisoned);
+    const bool dead = poisoned || hbad || (hflags & 1);
+    if (g < G) {
+        const i64 oi = ((i64)b * Hq + h * G + g) * num_splits + s;
+        float* op = o_part + oi * I8_D;
+#pragma unroll
+        for (int cb = 0; cb < 8; ++cb) {
+            const float c0 = 0.498046875f * cs[cb >> 1];  // 255/512 · ΣP' of the group
+            float4 r;
+            if (dead || vbad) r = make_float4(NAN, NAN, NAN, NAN);
+            else if (l == 0.0f) r = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            else r = make_float4((o[cb][0] - c0) / l, (o[cb][1] - c0) / l, (o[cb][2] - c0) / l, (o[cb][3] - c0) / l);
+            *reinterpret_cast<float4*>(op + 16 * cb + 4 * t) = r;
+        }
+        if (t == 0) {
+            // back to natural-log units (cmax, a bound, through the float ln 2, which is above ln 2,
+            // rounded up); a non-finite V scale: o is not finite, so no guarantee (SPEC §3.6)
+            const bool linf = CERT && (cmx == INFINITY || vbad);
+            const float cm = CERT ? (linf ? INFINITY : __fmul_ru(cmx, WC_LN2)) : 0.0f;
+            const float lam = !CERT ? -INFINITY
+                                    : (linf ? INFINITY : (l2 > 0.0f ? M2 * WC_LN2 + logf(l2) : -INFINITY));
+            store_split_stats(oi, dead, l, m * WC_LN2 + logf(l), lam, cm, CERT ? __fmul_ru(rho, cm) : 0.0f, lse_part,
+                              lam_part, cmax_part, gam_part);
+        }
+    }
+}
+
+// An explicit instantiation (the offline compile checks in tests/test_cuda_compile.py).
+#define WC_I8_INST1(G, CERT)                                                                                  \
+    template __global__ void decode_stage1_i8<G, CERT>(const float*, const i8*, const u16*, const int*, const int*, \
+                                                       const int*, float*, float*, float*, float*, float*, i64, int, \
+                                                       int, int, int, int, int, int, u32, u32, float, float, float, \
+                                                       float);
+#define WC_I8_INST(G) WC_I8_INST1(G, true) WC_I8_INST1(G, false)
+#ifdef WITCERT_INSTANTIATE_ALL
+WC_I8_INST(1)
+WC_I8_INST(2)
+WC_I8_INST(3)
+WC_I8_INST(4)
+WC_I8_INST(5)
+WC_I8_INST(6)
+WC_I8_INST(7)
+WC_I8_INST(8)
+#endif

@@ -1,0 +1,295 @@
+"""The form-(I) decode (SPEC §6 form (I), docs/certificate.md §11): the query split, the integer
+logit and its evaluation term on the CPU twin (``witcert_cupy/_cpu/form_i.py``), and
+``decode_stage1_i8`` on the GPU against that twin, float64 and the flash-attention rule (SPEC §9)."""
+
+import math
+
+import numpy as np
+import pytest
+
+import witcert_cupy as wc
+from witcert_cupy import _contract as C
+from witcert_cupy import certificate, reference
+from witcert_cupy._cpu import form_i
+from witcert_cupy._cpu.bits import dither_row
+import adversarial as adv
+from helpers import cpu_dot_order, filled_pool, on_device, page_table
+
+D, GS = 128, 32
+
+
+def _queries(rng):
+    """Query rows that stress the split: Gaussian, entries over 40 decades, one group 2^70 above the
+    others (the shift clamp), norms near 2^-100 and 2^100, zeros, lone entries, fp32-subnormal ones,
+    half-integers at the split's scale (residuals of exactly 1/2)."""
+    rows = [rng.standard_normal(D), 10.0 ** rng.uniform(-20, 20, D) * rng.choice([-1, 1], D)]
+    big = rng.standard_normal(D)
+    big[:GS] *= 2.0 ** 70
+    rows += [big, rng.standard_normal(D) * 2.0 ** -100, rng.standard_normal(D) * 2.0 ** 100, np.zeros(D)]
+    lone = np.zeros(D)
+    lone[77] = -3.0
+    rows.append(lone)
+    sub = rng.standard_normal(D)
+    sub[::3] = 1e-40
+    rows.append(sub)
+    rows.append(_half_residuals(rng))
+    return [r.astype(np.float32) for r in rows]
+
+
+def _half_residuals(rng):
+    """Each group's first entry 1/2 (scaled to 2^21), the others ±2^-23: at the split's scale
+    2^22 they are ±1/2, which round to 0 — residuals of exactly 1/2 on digits that are all zero."""
+    q = rng.choice([-1.0, 1.0], D) * 2.0 ** -23
+    q[::GS] = 0.5
+    return q
+
+
+def _split(qv, sm=1 / math.sqrt(D)):
+    ng = D // GS
+    dig = np.zeros((3, D), np.int64)
+    sh = np.zeros(ng, np.int64)
+    w1, w2, cc, gq = (np.zeros(ng, np.float32) for _ in range(4))
+    sm_m, e_sm = math.frexp(float(np.float32(sm)))
+    ok, fm, p1, p2 = form_i.query_split(qv, GS, np.float32(sm_m), e_sm, certificate.form_i_gamma(), dig, sh, w1, w2,
+                                        cc, gq)
+    return ok, dig, sh, (w1, w2, cc, gq, fm, p1, p2)
+
+
+def test_query_split_is_exact_and_in_range():
+    """Q = 2^16 a0 + 2^8 a1 + a2 = rint(q·2^S) exactly, |a0| ≤ 64, a1 and a2 signed bytes, the
+    residual within 1/2; each group's largest entry scaled into [2^21, 2^22) unless the head's
+    largest group is more than FORM_I_MAX_GROUP_SHIFT binades above it."""
+    rng = np.random.default_rng(0)
+    for qv in _queries(rng):
+        ok, dig, sh, _ = _split(qv)
+        assert ok
+        a0, a1, a2 = dig
+        assert np.all(np.abs(a0) <= 64) and np.all((a1 >= -128) & (a1 <= 127)) and np.all((a2 >= -128) & (a2 <= 127))
+        q64 = np.where(np.abs(qv) < 2.0 ** -126, 0.0, qv.astype(np.float64))  # (the GPU's flush to zero)
+        for gr in range(D // GS):
+            ch = slice(gr * GS, (gr + 1) * GS)
+            scaled = np.ldexp(q64[ch], int(sh[gr]))
+            scaled = np.where(np.abs(scaled) < 2.0 ** -126, 0.0, scaled)
+            Q = 65536 * a0[ch] + 256 * a1[ch] + a2[ch]
+            assert np.array_equal(Q, np.rint(scaled).astype(np.int64))
+            assert np.all(np.abs(scaled - Q) <= 0.5)
+            mx = np.abs(scaled).max()
+            assert mx < 2.0 ** C.FORM_I_QUERY_BITS
+            if mx > 0 and np.abs(q64).max() < 2.0 ** C.FORM_I_MAX_GROUP_SHIFT * np.abs(q64[ch]).max():
+                assert mx >= 2.0 ** (C.FORM_I_QUERY_BITS - 1)
+    bad = rng.standard_normal(D).astype(np.float32)
+    bad[5] = np.nan
+    assert not _split(bad)[0]
+
+
+def _tokens(rng, n):
+    """``n`` tokens' codes, dither fields and fp16 scales (over their whole range, subnormals
+    included), extreme codes at the ends."""
+    codes = rng.integers(-127, 128, (n, D))
+    codes[0] = 127
+    codes[1] = -127
+    jp = rng.integers(0, 256, (n, D))
+    jp[0] = 0
+    jp[1] = 255
+    s = np.exp2(rng.uniform(-24, 15.9, (n, D // GS))).astype(np.float16).astype(np.float32)
+    return codes, jp, s
+
+
+def _logit_errors(qv, codes, jp, s, sm, drop_residual=False):
+    """float64 |ℓ̃ − sm·q·x̂| of the CPU twin's logits and the evaluation term Σ_g s_g·gq_g per token
+    (x̂ = s(k − ξ), ξ = (255 − 2j')/512 exactly)."""
+    ok, dig, sh, (w1, w2, cc, gq, fm, p1, p2) = _split(qv, sm)
+    assert ok
+    if drop_residual:  # the term without the split's residual (what a kernel that forgot it would add)
+        ng = D // GS
+        gq = np.zeros(ng, np.float32)
+        for gr in range(ng):
+            ch = slice(gr * GS, (gr + 1) * GS)
+            a = np.abs(dig[:, ch]).sum(-1).astype(np.float64)
+            Q = 65536 * dig[0, ch] + 256 * dig[1, ch] + dig[2, ch]
+            terms = 131072 * (32767 * a[0] + 127 * a[1]) + 512 * (127 * a[2] + 255 * a[1]) + 255 * abs(Q.sum())
+            x = C.FORM_I_DROPPED_BOUND * a[2] + float(certificate.form_i_gamma()) * terms
+            gq[gr] = float(np.float32(sm)) * math.ldexp(x, -9 - int(sh[gr]))
+    xhat = np.repeat(s, GS, axis=1).astype(np.float64) * (codes - (255.0 - 2.0 * jp) / 512.0)
+    exact = float(np.float32(sm)) * xhat @ qv.astype(np.float64)
+    got = np.array([float(form_i.logit2(dig, codes[t].astype(np.int8), jp[t], s[t], GS, w1, w2, cc, fm, p1, p2))
+                    for t in range(len(codes))]) * math.log(2.0)
+    return np.abs(got - exact), s.astype(np.float64) @ gq.astype(np.float64)
+
+
+def test_integer_logit_is_inside_its_evaluation_term():
+    """|ℓ̃ − sm·q·x̂| ≤ Σ_g s_g·gq_g (+ g₀) for every token whose logit is finite, on queries over
+    the whole fp32 range and logit scales from 2^-80 to 2^20."""
+    rng = np.random.default_rng(1)
+    codes, jp, s = _tokens(rng, 64)
+    for sm in (1 / math.sqrt(D), 2.0 ** -80, 2.0 ** 20):
+        g0 = certificate.underflow_term(D, sm)
+        for qv in _queries(rng):
+            err, term = _logit_errors(qv, codes, jp, s, sm)
+            # (a logit past fp32 poisons its head and a term past it says "no guarantee": both sound)
+            held = np.isfinite(err) & np.isfinite(term)
+            assert np.all(err[held] <= term[held] + g0), (sm, np.max(err[held] - term[held]))
+
+
+def test_split_residual_breaks_the_bound_without_its_term():
+    """The counterexample the residual term exists for: residuals of exactly 1/2 at the split's scale
+    (on digits that are zero, so the fp32 part of the term is small) against codes of ±127 and
+    dither fields aligned with their sign add up; without 65279·Σ|r| the term is exceeded."""
+    rng = np.random.default_rng(2)
+    qv = _half_residuals(rng).astype(np.float32)
+    ok, dig, sh, _ = _split(qv)
+    q64 = qv.astype(np.float64)
+    resid = np.concatenate([np.ldexp(q64[g * GS:(g + 1) * GS], int(sh[g])) for g in range(D // GS)])
+    resid -= 65536 * dig[0] + 256 * dig[1] + dig[2]
+    codes = np.where(resid > 0, 127, -127)[None, :].repeat(4, 0)
+    jp = np.where(resid > 0, 255, 0)[None, :].repeat(4, 0)
+    s = np.ones((4, D // GS), np.float32)
+    err, term = _logit_errors(qv, codes, jp, s, 1 / math.sqrt(D), drop_residual=True)
+    assert np.all(err > term)
+    err, term = _logit_errors(qv, codes, jp, s, 1 / math.sqrt(D))
+    assert np.all(err <= term)
+
+
+@pytest.mark.parametrize("kind", ["decades", "tiny_q", "tiny_sm"])
+def test_cpu_twin_has_no_violations_on_adversarial_cases(kind):
+    """The CPU backend in form (I) (the GPU kernel's twin), Tier B, on both readings of p̃."""
+    case = adv.build(kind, "cpu", B=16, Hkv=2, G=8, seed=3)
+    case["cert"] = wc.CertConfig(tier="B", delta_req=1e-3)
+    with cpu_dot_order(certificate.FORM_I_ORDER):
+        res = adv.decode(case)
+    assert tuple(res.dot_order) == certificate.FORM_I_ORDER and res.dot_height is None
+    cells, v2, v1 = adv.violations(case, res)
+    assert cells == 256 and (v2, v1) == (0, 0)
+
+
+def test_cpu_twin_is_close_to_the_fp32_path():
+    """Form (I) against the shipped fp32 path on ordinary inputs: o and lse within fp32 noise, the
+    certificate within 0.2% (both evaluation terms are a small share of c_t)."""
+    rng = np.random.default_rng(4)
+    pool, (ip, ix, last, _), _, _ = filled_pool(rng, lengths=[300, 77, 1], H=2)
+    q = rng.standard_normal((3, 8, D)).astype(np.float32)
+    cert = wc.CertConfig(tier="B", num_layers=1, steps=16)
+    kw = dict(layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=last, cert=cert, num_splits=3)
+    pool.ledger.reset()
+    f = wc.decode_attention(q, pool, **kw)
+    pool.ledger.reset()
+    with cpu_dot_order(certificate.FORM_I_ORDER):
+        i = wc.decode_attention(q, pool, **kw)
+    np.testing.assert_allclose(i.o, f.o, rtol=0, atol=2e-6 * np.abs(f.o).max())
+    np.testing.assert_allclose(i.lse, f.lse, rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(i.cmax, f.cmax, rtol=1e-3)
+    np.testing.assert_allclose(i.tv_bound, f.tv_bound, rtol=2e-3)
+
+
+def test_form_i_refuses_what_it_does_not_serve():
+    rng = np.random.default_rng(5)
+    cfg = wc.QuantConfig(D, dither_bits=16)
+    pool, (ip, ix, last, _), _, _ = filled_pool(rng, lengths=[40], H=2, cfg=cfg)
+    q = rng.standard_normal((1, 4, D)).astype(np.float32)
+    with cpu_dot_order(certificate.FORM_I_ORDER), pytest.raises(ValueError, match="8-bit dither"):
+        wc.decode_attention(q, pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=last)
+
+
+# ---------------------------------------------------------------- the GPU kernel
+
+
+def _gpu_pools(seed, **kw):
+    cpu = filled_pool(np.random.default_rng(seed), backend="cpu", **kw)
+    gpu = filled_pool(np.random.default_rng(seed), backend="cuda", **kw)
+    return cpu, gpu
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("G,page,tier", [(1, 16, "B"), (3, 16, "B"), (4, 1, "B"), (7, 16, "B"), (8, 64, "B"),
+                                         (4, 16, None), (8, 1, None)])
+def test_i8_kernel_matches_its_cpu_twin(G, page, tier):
+    """decode_stage1_i8 (the library's choice for this layout) against the CPU backend in form (I):
+    a one-token request's lse is its logit (the integer sums and their fp32 combination, value for
+    value), every lse within fp32 noise, o by the flash-attention rule against an fp16 attention on
+    the same values, the certificate the twin's and sound against the float64 TV, at several split
+    counts (split invariance)."""
+    import cupy as cp
+
+    H = 2
+    lengths = [1, 31, 33, 700, 0, 1500]
+    (pc, tc, _, _), (pg, tg, _, _) = _gpu_pools(G + page, lengths=lengths, H=H, d=D, page_size=page)
+    q = (np.random.default_rng(G).standard_normal((len(lengths), H * G, D)) * 1.5).astype(np.float32)
+    ip, ix, ll = on_device(pg, tg)
+    cert = None if tier is None else wc.CertConfig(tier=tier, num_layers=2, steps=8)
+    with cpu_dot_order(certificate.FORM_I_ORDER):
+        rc = wc.decode_attention(q, pc, layer=0, kv_indptr=tc[0], kv_indices=tc[1], kv_last_page_len=tc[2],
+                                 cert=cert, num_splits=3)
+    pt = page_table(pc, tc)
+    for ns in (1, 5, None):
+        plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, 1 / math.sqrt(D), cert, ns)
+        assert plan.kernel_name == "i8"
+        plan.launch()
+        rg = plan.result()
+        assert tuple(rg.dot_order) == certificate.FORM_I_ORDER
+        lse_g, lse_c = rg.lse.get(), rc.lse
+        # one token: lse = ℓ̃ (log2 units times ln 2) — the same integer sums and fp32 steps
+        np.testing.assert_allclose(lse_g[0], lse_c[0], rtol=2e-7, atol=1e-30)
+        for b, n in enumerate(lengths):
+            if n == 0:
+                assert np.all(rg.o[b].get() == 0) and np.all(np.isneginf(lse_g[b]))
+                continue
+            rows = reference.request_rows(pc, 0, pt, b)
+            o64, lse64 = reference.attention(q[b], rows["k_hat"], rows["v_hat"])
+            o16 = reference.attention_fp16(q[b], rows["k_hat"], rows["v_hat"])
+            err = np.abs(rg.o[b].get() - o64).max(-1)
+            assert np.all(err <= 2 * np.abs(o16 - o64).max(-1) + 1e-6 * np.abs(o64).max()), (b, err)
+            np.testing.assert_allclose(lse_g[b], lse64, rtol=2e-6, atol=1e-5)
+            if cert is None:
+                continue
+            np.testing.assert_allclose(rg.cmax[b].get(), rc.cmax[b], rtol=1e-5)
+            np.testing.assert_allclose(rg.log_a[b].get(), rc.log_a[b], rtol=1e-4, atol=2e-6)
+            assert np.all(rg.gamma[b].get() >= rc.gamma[b] * (1 - 1e-6))
+            tv = reference.true_tv(q[b], rows["k_exact"], rows["k_hat"])
+            assert np.all(tv <= rg.tv_bound[b].get())
+
+
+@pytest.mark.gpu
+def test_i8_kernel_non_finite_inputs():
+    """A NaN V row: o NaN and every certificate that attends it infinite, other requests untouched;
+    a NaN query head: that head alone; a page id outside the pool: its request alone."""
+    import cupy as cp
+
+    G, H = 4, 2
+    lengths = [100, 300]
+    pg, tg, _, _ = filled_pool(np.random.default_rng(9), backend="cuda", lengths=lengths, H=H, d=D)
+    ip, ix, ll = on_device(pg, tg)
+    q = np.random.default_rng(10).standard_normal((2, H * G, D)).astype(np.float32)
+    cert = wc.CertConfig(tier="B", num_layers=1, steps=8)
+
+    def run(qq, idx=ix):
+        pg.ledger.reset()
+        plan = pg._dev.plan(cp.asarray(qq), 0, ip, idx, ll, 1 / math.sqrt(D), cert, 3)
+        assert plan.kernel_name == "i8"
+        plan.launch()
+        return plan.result()
+
+    clean = run(q)
+    assert bool(cp.all(cp.isfinite(clean.tv_bound)))
+    qn = q.copy()
+    qn[1, 2, 7] = np.nan
+    r = run(qn)
+    bad = np.zeros((2, H * G), bool)
+    bad[1, 2] = True
+    assert np.all(np.isnan(r.o.get()[bad])) and np.all(r.tv_bound.get()[bad] == 1.0)
+    assert np.array_equal(r.o.get()[~bad], clean.o.get()[~bad])
+    bix = ix.copy()
+    bix[0] = pg.num_pages + 3
+    r = run(q, bix)
+    assert np.all(np.isnan(r.o[0].get())) and np.all(r.tv_bound[0].get() == 1.0)
+    assert np.array_equal(r.o[1].get(), clean.o[1].get())
+    # a non-finite V row in request 1's first page
+    slot = int(tg[3][1][3])
+    v = np.random.default_rng(11).standard_normal((1, H, D)).astype(np.float32)
+    v[0, 0, 5] = np.inf
+    k = np.random.default_rng(12).standard_normal((1, H, D)).astype(np.float32)
+    pg.write(0, cp.asarray([slot]), cp.asarray(k), cp.asarray(v))
+    r = run(q)
+    heads0 = np.arange(G)  # kv head 0's query heads
+    assert np.all(~np.isfinite(r.o[1, heads0].get())) and np.all(r.tv_bound[1, heads0].get() == 1.0)
+    assert np.array_equal(r.o[0].get(), clean.o[0].get())
+    assert bool(cp.all(cp.isfinite(r.tv_bound[1, G:])))
