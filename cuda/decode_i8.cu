@@ -1,35 +1,41 @@
 // decode_i8.cu — stage 1 of the split-KV decode in SPEC §6's form (I): the logits as exact integer
 // tensor-core products of the stored code and dither bytes with a three-digit integer split of the
-// power-of-two-scaled query, the values as integer products of the same bytes with two digits of
+// power-of-two-scaled query, the values as integer products of the same bytes with three digits of
 // p̃·s.  INT8 pool at d = 128, 8-bit dither, scale groups of 32, Tier B (or no certificate), no
 // outlier channels, Tier-A term, exact tier or page contributions: the configuration
 // decode_stage1_v2's PLAIN serves in form (F), with the same inputs and outputs (SPEC §4–6).
 //
-// decode_stage1_i8<G, CERT>: grid (num_splits, Hkv, B), one warp per CTA serving the kv head's G ≤ 8
-// query heads over its split, 32-token tiles through a two-deep cp.async pipeline.  Lane 4g + t
+// decode_stage1_i8<G, CERT>: grid (num_splits, Hkv, B), two warps per CTA serving the kv head's
+// G ≤ 8 query heads over its split, 32-token tiles through a two-deep cp.async pipeline per warp.
+// Warp w owns channels [64w, 64w + 64) (scale groups 2w, 2w + 1) of every K and V row; lane 4g + t
 // ("thread (g, t)") owns query head g (rows g ≥ G compute on zeros) and, within a tile, the tokens
 // τ(n, i) = 8n + 2t + i (n < 4, i < 2).  Per tile:
-//   1. lane = token: its 16 Philox calls (8 chunks × K, V), the fields stored as j' = 255 − j into
-//      the warp's dither tiles beside the staged code tiles (rows of 144 bytes: ldmatrix's eight
-//      16-byte rows fall on distinct banks);
+//   1. lane = token: the warp's 8 Philox calls (its 4 chunks × K, V), the fields stored as
+//      j' = 255 − j into the warp's dither tiles beside its staged half rows;
 //   2. K: per 8 tokens and scale group, four m16n8k32 products (rows g: head g, g + 8: its second
 //      partial sum; columns: tokens; k: the group's 32 channels, ldmatrix fragments)
 //        R0 = Σ a0·k,  R1 = Σ a1·k + Σ a0·j',  R2 = Σ a2·k + Σ a1·j'      (s32, exact)
 //      so that Σ_c Q_c·(512k_c + 2j'_c − 255) = 2^25 R0 + 2^17 R1 + 2^9 R2 − 255·ΣQ + 2·Σ a2·j';
-//      then in fp32 Z = fma(fl(256·R0 + R1), W1, fma(R2, W2, C)) per group and
-//      ℓ̃ = ((Σ_g s_g Z_g)·Fm)·P1·P2 in log2 units (docs/certificate.md §11, which bounds every
-//      difference from sm·q·x̂ in the β-shaped coefficient the certificate adds);
-//   3. the online softmax of head g over its 8 tokens (quad reductions), Tier B's c_t and λ;
-//   4. V: P' = p̃·s_g per token and group as Y = rint(P'·σ), σ = 63·2^16 over the tile's largest
-//      P' of the head and group, in three digits (b0 ∈ [0, 63], b1, b2 signed bytes), and per 16
-//      channels four m16n8k32 products over the 32 tokens (ldmatrix.trans, the bytes regrouped by
-//      prmt) give R0 = Σ b0·k, R1 = Σ b1·k + Σ b0·j', R2 = Σ b2·k + Σ b1·j' exactly;
-//      o += (2^8·(256·R0 + R1) + R2)/σ, and −(255/512)·ΣP' per group at the end.
+//      then in fp32 Z = fma(fl(256·R0 + R1), W1, fma(R2, W1/256, C)) per group, the warp's two
+//      groups' Σ s_g Z_g into shared memory, one CTA barrier, and ℓ̃ = ((half₀ + half₁)·Fm)·P1·P2
+//      in log2 units in both warps (docs/certificate.md §11 bounds every difference from sm·q·x̂ in
+//      the β-shaped coefficient the certificate adds);
+//   3. the online softmax of head g over its 8 tokens (quad reductions; both warps), Tier B's c_t
+//      and λ of the warp's two 8-token blocks;
+//   4. V over the warp's two groups: P' = p̃·s_g per token and group as Y = rint(P'·σ), σ = 63·2^16
+//      over the tile's largest P' of the head and group, in three digits (b0 ∈ [0, 63], b1, b2
+//      signed bytes), and per 16 channels four m16n8k32 products over the 32 tokens
+//      (ldmatrix.trans, the bytes regrouped by prmt) give R0 = Σ b0·k, R1 = Σ b1·k + Σ b0·j',
+//      R2 = Σ b2·k + Σ b1·j' exactly; o += (2^8·(256·R0 + R1) + R2)/σ, and −(255/512)·ΣP' per
+//      group at the end.
 // The values are held to SPEC §9's flash-attention rule (V does not enter the certificate); the
 // weights they apply are p̃ to 22 bits of each tile's largest, so both readings of p̃ (SPEC §5)
 // agree within fp32 resolution.
 // Why (docs/performance.md): the form-(F) read path's floor (fp32 dequantization, dot products and
-// V accumulation) is 1.16–1.42× SDPA; here no element is converted or multiplied in fp32.
+// V accumulation) is 1.16–1.42× SDPA; here no element is converted or multiplied in fp32.  Two
+// warps on the channel halves rather than one on whole rows: half the registers and shared memory
+// per warp (168 registers, 12 warps per SM instead of 7) and half of each tile's chain per warp,
+// for one barrier per tile.
 // Never reads out of bounds: page ids outside the pool, an inconsistent kv_indptr or a bad
 // last-page length poison the split (NaN output, infinite certificate); a token past the split's
 // end stages zeros.  A head whose query is not finite, or whose logit is not, is poisoned alone; a
@@ -45,24 +51,30 @@
 #define I8_D 128
 #define I8_NG 4
 
-// A staged tile (codes or dither fields): 32 rows of 128 bytes, each row's 16-byte chunks swizzled
-// (chunk c of row r at c ^ (r & 7)), so that ldmatrix's eight rows of one chunk, the eight 16-byte
-// copies of one row and a quarter-warp's 16-byte stores to eight rows fall on distinct banks
-WC_D int i8_off(int row, int chunk) { return row * I8_D + ((chunk ^ (row & 7)) << 4); }
 
-// the warp's shared memory: two buffers of staged code rows and scales per side, one tile of
-// dither fields per side; the set-up (query, digits, coefficients) uses the dither tiles' space
-// before the first tile's fields are written
+// Staged rows are half rows: warp w stages and reads channels [64w, 64w + 64) of each token (its
+// two scale groups), 64 bytes a row, each row's four 16-byte chunks swizzled (chunk c of row r at
+// c ^ ((r >> 1) & 3)) so that ldmatrix's eight rows of one chunk, a quarter-warp's 16-byte stores
+// to eight rows and the copies of two rows fall on distinct banks.
+#define I8_HALF 64
+#define I8_THREADS 64
+WC_D int i8_off(int row, int chunk) { return row * I8_HALF + ((chunk ^ ((row >> 1) & 3)) << 4); }
+
+// shared memory: per warp two buffers of staged half rows and scales per side and one tile of dither
+// fields per side; the tile's partial logits of both warps (two buffers); the per-head constants;
+// the set-up (query, digits) uses the dither tiles' space before the first tile's fields are written
 struct I8Smem {
-    u8 codes[2][2][I8_TILE * I8_D];     // [buffer][side][i8_off(token, chunk)]
-    u8 dith[2][I8_TILE * I8_D];         // [side][i8_off(token, chunk)]: j' = 255 − j
-    u16 sc[2][2][I8_TILE][I8_NG];       // [buffer][side][token][group]: fp16 scales
-    float lt[8][I8_TILE];               // [head][token]: the tile's logits (log2 units)
-    float4 cf[8][I8_NG];                // [head][group]: W1, C, Tier B's a1, a2 (read where used)
+    u8 codes[2][2][2][I8_TILE * I8_HALF];  // [buffer][warp][side][i8_off(token, chunk)]
+    u8 dith[2][2][I8_TILE * I8_HALF];      // [warp][side][i8_off(token, chunk)]: j' = 255 − j
+    u16 ks[2][2][I8_TILE][I8_NG];          // [buffer][warp][token][group]: K scales, every group
+    u16 vs[2][2][I8_TILE][2];              // [buffer][warp][token][its group]: V scales
+    float xp[2][2][8][I8_TILE];            // [buffer][warp][head][token]: partial logits
+    float4 cf[8][I8_NG];                   // [head][group]: W1, C, Tier B's a1, a2
     // the query digits as K's A fragments, [group][head][t]: {a0, a1} of channels 32γ + 4t .. and
     // 32γ + 16 + 4t .., and a2 of both (thread (g, t)'s loads fall on distinct banks)
     uint4 qd01[I8_NG][8][4];
     uint2 qd2[I8_NG][8][4];
+    float lam[32][3];                      // warp 1's λ state per lane at the end: m2, l2, cmax
 };
 struct I8Setup {
     float q[8][I8_D];           // the G query rows
@@ -79,7 +91,7 @@ WC_D u32 i8_pack4(u32 a, u32 b, u32 c, u32 d, int k) {
 }
 
 template <int G, bool CERT>
-__global__ void __launch_bounds__(32) decode_stage1_i8(
+__global__ void __launch_bounds__(I8_THREADS, 6) decode_stage1_i8(
     const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
     const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices, const int* __restrict__ kv_last_page_len,
     float* __restrict__ o_part, float* __restrict__ lse_part, float* __restrict__ lam_part,
@@ -88,17 +100,17 @@ __global__ void __launch_bounds__(32) decode_stage1_i8(
     float beta_steps, float gamma_eval) {
     static_assert(G >= 1 && G <= 8, "G: 1 to 8 query heads per kv head");
     __shared__ __align__(16) I8Smem sh;
-    I8Setup& su = *reinterpret_cast<I8Setup*>(&sh.dith[0][0]);
+    I8Setup& su = *reinterpret_cast<I8Setup*>(&sh.dith[0][0][0]);
 
     griddep_wait();  // before the first global access (griddep.cuh)
     const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int Hq = H * G;
     // the query rows first: their round trip overlaps the page table's
-    float qr[G * I8_D / 32];
+    float qr[G * I8_D / I8_THREADS];
 #pragma unroll
-    for (int i = 0; i < G * I8_D / 32; ++i) {
-        const int idx = lane + 32 * i;
+    for (int i = 0; i < G * I8_D / I8_THREADS; ++i) {
+        const int idx = tid + I8_THREADS * i;
         qr[i] = q[((i64)b * Hq + h * G + idx / I8_D) * I8_D + idx % I8_D];
     }
     const RequestPages rp = request_pages(kv_indptr, kv_last_page_len, b, nnz, page_shift);
@@ -108,9 +120,9 @@ __global__ void __launch_bounds__(32) decode_stage1_i8(
     const u32 ctr2 = dither_ctr2(layer, h + head_base);
     const i64 rowk = pool_row(layer, 0, H, h, N), rowv = pool_row(layer, 1, H, h, N);
 
-    // ---- the tile pipeline's loads: lane = token; eight lanes copy one row's 128 code bytes
-    // (lane & 7 = its 16-byte piece, the row's slot by shuffle), each lane its own row's scales;
-    // rows past the split's end or on a bad page land as zeros
+    // ---- the tile pipeline's loads, per warp: lane = token; four lanes copy one half row's 64 code
+    // bytes per side (lane & 3 = its 16-byte piece, the row's slot by shuffle), each lane its own
+    // row's K scales and its half's V scales; rows past the split's end or on a bad page land as zeros
     auto page_of = [&](i64 t0n) { return tile_page(kv_indices, rp.p0, t0n, tb, lane, page_shift); };
     auto slot_at = [&](i64 t0n, int page) { return tile_slot(t0n, tb, lane, page, page_shift, num_pages, poisoned); };
     auto stage = [&](int buf, i64 sl_) {
@@ -118,16 +130,17 @@ __global__ void __launch_bounds__(32) decode_stage1_i8(
         const u32 slot = v ? (u32)sl_ : 0u;
         const u32 vm = __ballot_sync(0xffffffffu, v);
 #pragma unroll
-        for (int i = 0; i < I8_TILE / 4; ++i) {
-            const int r = 4 * i + (lane >> 3);
+        for (int i = 0; i < I8_TILE / 8; ++i) {
+            const int r = 8 * i + (lane >> 2);
             const u32 sr = __shfl_sync(0xffffffffu, slot, r);
             const bool vr = (vm >> r) & 1u;
-            const int so = i8_off(r, lane & 7);
-            cp_async16_zfill(&sh.codes[buf][0][so], codes + (rowk + sr) * I8_D + 16 * (lane & 7), vr);
-            cp_async16_zfill(&sh.codes[buf][1][so], codes + (rowv + sr) * I8_D + 16 * (lane & 7), vr);
+            const int so = i8_off(r, lane & 3);
+            const i64 co = (i64)sr * I8_D + I8_HALF * w + 16 * (lane & 3);
+            cp_async16_zfill(&sh.codes[buf][w][0][so], codes + rowk * I8_D + co, vr);
+            cp_async16_zfill(&sh.codes[buf][w][1][so], codes + rowv * I8_D + co, vr);
         }
-        cp_async8_zfill(&sh.sc[buf][0][lane][0], scales + (rowk + slot) * I8_NG, v);
-        cp_async8_zfill(&sh.sc[buf][1][lane][0], scales + (rowv + slot) * I8_NG, v);
+        cp_async8_zfill(&sh.ks[buf][w][lane][0], scales + (rowk + slot) * I8_NG, v);
+        cp_async4_zfill(&sh.vs[buf][w][lane][0], scales + (rowv + slot) * I8_NG + 2 * w, v);
         cp_async_commit();
     };
     int pg = 0;
@@ -139,18 +152,18 @@ __global__ void __launch_bounds__(32) decode_stage1_i8(
         pg = page_of(ta + I8_TILE);
     }
 
-    // ---- set-up, lane (g, γ = t): head g's group γ
+    // ---- set-up, warp 0's lane (g, γ = t): head g's group γ
 #pragma unroll
-    for (int i = 0; i < G * I8_D / 32; ++i) {
-        const int idx = lane + 32 * i;
+    for (int i = 0; i < G * I8_D / I8_THREADS; ++i) {
+        const int idx = tid + I8_THREADS * i;
         su.q[idx / I8_D][idx % I8_D] = qr[i];
     }
-    __syncwarp();
+    __syncthreads();
     const SmSplit smx = sm_split(sm);
     // (K1, K2: c_t in log2 units with its slack, docs/certificate.md §6)
     const float K1 = __fmul_ru((float)WC_C_EVAL_SLACK, WC_LOG2E_UP), K2 = __fmul_ru(K1, K1);
     const float log_term = log_budget + logf((float)max(rp.S, (i64)1));
-    {
+    if (w == 0) {
         const int gr = t;
         const float* qg = &su.q[g < G ? g : 0][32 * gr];
         float mx = 0.0f;
@@ -243,29 +256,30 @@ __global__ void __launch_bounds__(32) decode_stage1_i8(
             su.flags[g] = (hfin ? 0 : 1) | (hinf ? 2 : 0);
         }
     }
-    __syncwarp();
-    // thread (g, t): head g's digits as A fragments (channels 32γ + 4t .. and 32γ + 16 + 4t .. of
-    // each group γ), its group constants and certificate coefficients
-    // (rows g >= G: zero digits, flagged as not finite, never stored)
+    __syncthreads();
+    // head g's digits as A fragments in shared memory, its constants in registers
+    if (w == 0) {
 #pragma unroll
-    for (int gr = 0; gr < I8_NG; ++gr) {
-        const int lo = 8 * gr + t, hi = 8 * gr + 4 + t;
-        sh.qd01[gr][g][t] = make_uint4(su.dig[0][g][lo], su.dig[1][g][lo], su.dig[0][g][hi], su.dig[1][g][hi]);
-        sh.qd2[gr][g][t] = make_uint2(su.dig[2][g][lo], su.dig[2][g][hi]);
+        for (int gr = 0; gr < I8_NG; ++gr) {
+            const int lo = 8 * gr + t, hi = 8 * gr + 4 + t;
+            sh.qd01[gr][g][t] = make_uint4(su.dig[0][g][lo], su.dig[1][g][lo], su.dig[0][g][hi], su.dig[1][g][hi]);
+            sh.qd2[gr][g][t] = make_uint2(su.dig[2][g][lo], su.dig[2][g][hi]);
+        }
     }
+    // (rows g >= G: zero digits, flagged as not finite, never stored)
     const float Fm = su.head[g][0], P1 = su.head[g][1], P2 = su.head[g][2], rho = su.head[g][3];
     const int hflags = su.flags[g];
-    __syncwarp();  // the set-up's space is the dither tiles from here on
+    __syncthreads();  // the set-up's space is the dither tiles from here on
 
-    // ---- per-thread state of head g: the softmax (m, l: l over the thread's tokens, m the quad's),
-    // o for channels 16cb + 4t .. + 3 (cb < 8) before the division by l, Σ P' per group over the
-    // thread's tokens, λ's running maximum and sum over its tokens, cmax (log2 units)
+    // ---- per-thread state of head g: the softmax (m, l: l over the thread's tokens, m the quad's,
+    // the same in both warps), o for channels 64w + 16cb + 4t .. + 3 (cb < 4) before the division by
+    // l, Σ P' per group of the warp over the thread's tokens, λ's running maximum and sum over the
+    // thread's certified tokens (warp w: 8-token blocks 2w, 2w + 1), cmax (log2 units)
     float m = -INFINITY, l = 0.0f, m2 = -INFINITY, l2 = 0.0f, cmx = (hflags & 2) ? INFINITY : 0.0f;
-    float o[8][4], cs[I8_NG];
+    float o[4][4], cs[2];
 #pragma unroll
-    for (int cb = 0; cb < 8; ++cb) o[cb][0] = o[cb][1] = o[cb][2] = o[cb][3] = 0.0f;
-#pragma unroll
-    for (int gr = 0; gr < I8_NG; ++gr) cs[gr] = 0.0f;
+    for (int cb = 0; cb < 4; ++cb) o[cb][0] = o[cb][1] = o[cb][2] = o[cb][3] = 0.0f;
+    cs[0] = cs[1] = 0.0f;
     bool hbad = false, vbad = false;
     const int zero4[4] = {0, 0, 0, 0};
 
@@ -275,70 +289,63 @@ __global__ void __launch_bounds__(32) decode_stage1_i8(
         const bool valid = sl >= 0;
         const u32 slot = valid ? (u32)sl : 0u;
         const u32 vm = __ballot_sync(0xffffffffu, valid);
-        // the next tile's rows start loading now (the buffer they land in was last read by the
-        // previous tile, which every lane finished before its closing __syncwarp)
+        // the next tile's rows start loading now (the warp's buffer they land in was last read by
+        // its previous tile, which every lane finished before the closing __syncwarp)
         const i64 sln = slot_at(t0 + I8_TILE, pg);
         if (t0 + I8_TILE < tb) stage(buf ^ 1, sln);
         else cp_async_commit();  // (an empty group keeps the wait below uniform)
         pg = page_of(t0 + 2 * I8_TILE);
-        // 1. this tile's dither fields, j' = 255 − j
+        // 1. this tile's dither fields of the warp's half, j' = 255 − j
 #pragma unroll
         for (int sd = 0; sd < 2; ++sd)
 #pragma unroll
-            for (int c = 0; c < 8; ++c) {
-                const u32x4 w = philox10(slot, dither_ctr1(sd, c), ctr2, 0u, k0, k1);
-                *reinterpret_cast<uint4*>(&sh.dith[sd][i8_off(lane, c)]) = make_uint4(~w.x, ~w.y, ~w.z, ~w.w);
+            for (int c = 0; c < 4; ++c) {
+                const u32x4 x = philox10(slot, dither_ctr1(sd, 4 * w + c), ctr2, 0u, k0, k1);
+                *reinterpret_cast<uint4*>(&sh.dith[w][sd][i8_off(lane, c)]) = make_uint4(~x.x, ~x.y, ~x.z, ~x.w);
             }
         cp_async_wait_group<1>();
         __syncwarp();
-        // 2. K: the thread's tokens' logits ℓ̃ (log2 units)
-        // (two of the four 8-token blocks at a time, through shared memory: with all four in flight
-        // ptxas holds every block's fragments at once and spills)
+        // 2. K: the warp's partial logits Σ s_g Z_g over its two groups (two 8-token blocks at a
+        // time: with all four in flight ptxas holds every block's fragments at once)
 #pragma unroll 2
         for (int n = 0; n < 4; ++n) {
-            uint2 ksc[2];
+            u32 kc[4], kd[4];
+            const int so = i8_off(8 * n + (lane & 7), lane >> 3);
+            ldsm_x4(kc, &sh.codes[buf][w][0][so]);
+            ldsm_x4(kd, &sh.dith[w][0][so]);
+            float inner[2];
 #pragma unroll
-            for (int i = 0; i < 2; ++i) ksc[i] = *reinterpret_cast<const uint2*>(&sh.sc[buf][0][8 * n + 2 * t + i][0]);
-            float inner[2] = {0.0f, 0.0f};
+            for (int gg = 0; gg < 2; ++gg) {
+                const int gr = 2 * w + gg;
+                // a0, a1 (low k, rows g and g + 8), a0, a1 (high k); a2 low, high
+                const uint4 a01 = sh.qd01[gr][g][t];
+                const uint2 a2 = sh.qd2[gr][g][t];
+                const float4 cq = sh.cf[g][gr];
+                int c01[4], c2[4];
+                imma_k32<false>(c01, a01.x, a01.y, a01.z, a01.w, kc[2 * gg], kc[2 * gg + 1], zero4);
+                imma_k32<true>(c01, 0u, a01.x, 0u, a01.z, kd[2 * gg], kd[2 * gg + 1], c01);
+                imma_k32<false>(c2, a2.x, 0u, a2.y, 0u, kc[2 * gg], kc[2 * gg + 1], zero4);
+                imma_k32<true>(c2, a01.y, 0u, a01.w, 0u, kd[2 * gg], kd[2 * gg + 1], c2);
 #pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {  // groups 2hf, 2hf + 1: one ldmatrix.x4 per tile
-                u32 kc[4], kd[4];
-                const int so = i8_off(8 * n + (lane & 7), 4 * hf + (lane >> 3));
-                ldsm_x4(kc, &sh.codes[buf][0][so]);
-                ldsm_x4(kd, &sh.dith[0][so]);
-#pragma unroll
-                for (int gg = 0; gg < 2; ++gg) {
-                    const int gr = 2 * hf + gg;
-                    // a0, a1 (low k, rows g and g + 8), a0, a1 (high k); a2 low, high
-                    const uint4 a01 = sh.qd01[gr][g][t];
-                    const uint2 a2 = sh.qd2[gr][g][t];
-                    int c01[4], c2[4];
-                    imma_k32<false>(c01, a01.x, a01.y, a01.z, a01.w, kc[2 * gg], kc[2 * gg + 1], zero4);
-                    imma_k32<true>(c01, 0u, a01.x, 0u, a01.z, kd[2 * gg], kd[2 * gg + 1], c01);
-                    imma_k32<false>(c2, a2.x, 0u, a2.y, 0u, kc[2 * gg], kc[2 * gg + 1], zero4);
-                    imma_k32<true>(c2, a01.y, 0u, a01.w, 0u, kd[2 * gg], kd[2 * gg + 1], c2);
-#pragma unroll
-                    for (int i = 0; i < 2; ++i) {
-                        // Z = fma(fl(256·R0 + R1), W1, fma(R2, W1/256, C)) (W1 a power of two)
-                        const float4 cq = sh.cf[g][gr];
-                        const float fy = __int2float_rn((c01[i] << 8) + c01[2 + i]);
-                        const float z = __fmaf_rn(fy, cq.x, __fmaf_rn(__int2float_rn(c2[i]), cq.x * 0.00390625f, cq.y));
-                        const u32 sw = gr < 2 ? ksc[i].x : ksc[i].y;
-                        const float sg = f16_to_f32((u16)(sw >> (16 * (gr & 1))));
-                        inner[i] = gr == 0 ? __fmul_rn(sg, z) : __fmaf_rn(sg, z, inner[i]);
-                    }
+                for (int i = 0; i < 2; ++i) {
+                    // Z = fma(fl(256·R0 + R1), W1, fma(R2, W1/256, C)) (W1 a power of two)
+                    const float fy = __int2float_rn((c01[i] << 8) + c01[2 + i]);
+                    const float z = __fmaf_rn(fy, cq.x, __fmaf_rn(__int2float_rn(c2[i]), cq.x * 0.00390625f, cq.y));
+                    const float sg = f16_to_f32(sh.ks[buf][w][8 * n + 2 * t + i][gr]);
+                    inner[i] = gg == 0 ? __fmul_rn(sg, z) : __fmaf_rn(sg, z, inner[i]);
                 }
             }
-            *reinterpret_cast<float2*>(&sh.lt[g][8 * n + 2 * t]) =
-                make_float2(__fmul_rn(__fmul_rn(__fmul_rn(inner[0], Fm), P1), P2),
-                            __fmul_rn(__fmul_rn(__fmul_rn(inner[1], Fm), P1), P2));
+            *reinterpret_cast<float2*>(&sh.xp[buf][w][g][8 * n + 2 * t]) = make_float2(inner[0], inner[1]);
         }
-        __syncwarp();
+        __syncthreads();  // both warps' partial logits
+        // ℓ̃ = ((warp 0's + warp 1's)·Fm)·P1·P2, log2 units (the same in both warps)
         float lt[4][2];
 #pragma unroll
         for (int n = 0; n < 4; ++n) {
-            const float2 v = *reinterpret_cast<const float2*>(&sh.lt[g][8 * n + 2 * t]);
-            lt[n][0] = v.x, lt[n][1] = v.y;
+            const float2 a = *reinterpret_cast<const float2*>(&sh.xp[buf][0][g][8 * n + 2 * t]);
+            const float2 c = *reinterpret_cast<const float2*>(&sh.xp[buf][1][g][8 * n + 2 * t]);
+            lt[n][0] = __fmul_rn(__fmul_rn(__fmul_rn(__fadd_rn(a.x, c.x), Fm), P1), P2);
+            lt[n][1] = __fmul_rn(__fmul_rn(__fmul_rn(__fadd_rn(a.y, c.y), Fm), P1), P2);
         }
         // 3. the online softmax over the tile (head g: the quad's 32 tokens)
         float mx = -INFINITY;
@@ -367,14 +374,16 @@ __global__ void __launch_bounds__(32) decode_stage1_i8(
                 psum += p[n][i];
             }
         l = __fmaf_rn(l, alpha, psum);
-        if constexpr (CERT) {  // Tier B's c_t (log2 units, with the slack), cmax and λ's sum over the tile
-            float x[4][2];
+        if constexpr (CERT) {  // Tier B's c_t (log2 units, with the slack), cmax and λ's sum: the
+            // warp's two 8-token blocks, their terms under one new maximum
+            float x[2][2];
             float mx2 = -INFINITY;
 #pragma unroll
-            for (int n = 0; n < 4; ++n)
+            for (int nn = 0; nn < 2; ++nn)
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {
-                    const uint2 kw = *reinterpret_cast<const uint2*>(&sh.sc[buf][0][8 * n + 2 * t + i][0]);
+                    const int n = 2 * w + nn, tk = 8 * n + 2 * t + i;
+                    const uint2 kw = *reinterpret_cast<const uint2*>(&sh.ks[buf][w][tk][0]);
                     float u2 = 0.0f, be = 0.0f;
 #pragma unroll
                     for (int gr = 0; gr < I8_NG; ++gr) {
@@ -385,49 +394,38 @@ __global__ void __launch_bounds__(32) decode_stage1_i8(
                     }
                     float u;
                     asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(u) : "f"(u2));
-                    const bool v = (vm >> (8 * n + 2 * t + i)) & 1u;
+                    const bool v = (vm >> tk) & 1u;
                     const float c2 = u + be;
                     if (v) cmx = fmaxf(cmx, c2);
-                    x[n][i] = v ? lt[n][i] + c2 : -INFINITY;
-                    mx2 = fmaxf(mx2, x[n][i]);
+                    x[nn][i] = v ? (w ? lt[2 + nn][i] : lt[nn][i]) + c2 : -INFINITY;
+                    mx2 = fmaxf(mx2, x[nn][i]);
                 }
-            // (the tile's terms under one new maximum: one rescale of the running sum; an infinite
-            // c_t makes cmax infinite, which the end reports as λ = +inf)
             const float mn2 = fmaxf(m2, mx2);
-            if (mn2 != -INFINITY) {
-                float add = 0.0f;
-#pragma unroll
-                for (int n = 0; n < 4; ++n)
-#pragma unroll
-                    for (int i = 0; i < 2; ++i) add += exp2f(x[n][i] - mn2);
+            if (mn2 != -INFINITY) {  // (an infinite c_t makes cmax infinite: the end reports λ = +inf)
+                const float add = exp2f(x[0][0] - mn2) + exp2f(x[0][1] - mn2) + exp2f(x[1][0] - mn2) +
+                                  exp2f(x[1][1] - mn2);
                 l2 = __fmaf_rn(l2, exp2f(m2 - mn2), add);
                 m2 = mn2;
             }
         }
-        // 4. V: P' = p̃·s per token and group, its digits, and o += P'·V̂
-        uint2 vsc[4][2];
+        // 4. V over the warp's two groups: P' = p̃·s per token and group, its digits, o += P'·V̂
 #pragma unroll
-        for (int n = 0; n < 4; ++n)
+        for (int cb = 0; cb < 4; ++cb) o[cb][0] *= alpha, o[cb][1] *= alpha, o[cb][2] *= alpha, o[cb][3] *= alpha;
 #pragma unroll
-            for (int i = 0; i < 2; ++i) vsc[n][i] = *reinterpret_cast<const uint2*>(&sh.sc[buf][1][8 * n + 2 * t + i][0]);
-#pragma unroll
-        for (int cb = 0; cb < 8; ++cb) o[cb][0] *= alpha, o[cb][1] *= alpha, o[cb][2] *= alpha, o[cb][3] *= alpha;
-#pragma unroll
-        for (int gr = 0; gr < I8_NG; ++gr) {
+        for (int gg = 0; gg < 2; ++gg) {
             float pp[4][2];
             float pm = 0.0f, ps = 0.0f;
 #pragma unroll
             for (int n = 0; n < 4; ++n)
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {
-                    const u32 sw = gr < 2 ? vsc[n][i].x : vsc[n][i].y;
-                    const float sv = f16_to_f32((u16)(sw >> (16 * (gr & 1))));
+                    const float sv = f16_to_f32(sh.vs[buf][w][8 * n + 2 * t + i][gg]);
                     if (((vm >> (8 * n + 2 * t + i)) & 1u) && !is_finite32(sv)) vbad = true;
                     pp[n][i] = __fmul_rn(p[n][i], sv);
                     pm = fmaxf(pm, pp[n][i]);
                     ps += pp[n][i];
                 }
-            cs[gr] = __fmaf_rn(cs[gr], alpha, ps);
+            cs[gg] = __fmaf_rn(cs[gg], alpha, ps);
             pm = fmaxf(pm, __shfl_xor_sync(0xffffffffu, pm, 1));
             pm = fmaxf(pm, __shfl_xor_sync(0xffffffffu, pm, 2));
             // Y = rint(P'·σ) = 2^16 b0 + 2^8 b1 + b2 with σ = 63·2^16/max (Y < 2^22, so it is the low
@@ -441,9 +439,9 @@ __global__ void __launch_bounds__(32) decode_stage1_i8(
             for (int n = 0; n < 4; ++n)
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {
-                    const u32 tb = __float_as_uint(__fmaf_rn(pp[n][i], sig, 12582912.0f));
-                    const u32 u = tb - (0x4B400000u - 128u);
-                    y2[n][i] = tb;
+                    const u32 tb_ = __float_as_uint(__fmaf_rn(pp[n][i], sig, 12582912.0f));
+                    const u32 u = tb_ - (0x4B400000u - 128u);
+                    y2[n][i] = tb_;
                     y1[n][i] = u;
                     y0[n][i] = u + 32768u;
                 }
@@ -455,11 +453,11 @@ __global__ void __launch_bounds__(32) decode_stage1_i8(
             const u32 b2lo = i8_pack4(y2[0][0], y2[0][1], y2[1][0], y2[1][1], 0);
             const u32 b2hi = i8_pack4(y2[2][0], y2[2][1], y2[3][0], y2[3][1], 0);
 #pragma unroll
-            for (int hb = 0; hb < 2; ++hb) {  // channels 16cb .. 16cb + 15, cb = 2·gr + hb
-                const int cb = 2 * gr + hb;
+            for (int hb = 0; hb < 2; ++hb) {  // the warp's channels 16cb .. 16cb + 15, cb = 2·gg + hb
+                const int cb = 2 * gg + hb;
                 u32 vc[4], vd[4];
-                ldsm_x4_trans(vc, &sh.codes[buf][1][i8_off(lane, cb)]);
-                ldsm_x4_trans(vd, &sh.dith[1][i8_off(lane, cb)]);
+                ldsm_x4_trans(vc, &sh.codes[buf][w][1][i8_off(lane, cb)]);
+                ldsm_x4_trans(vd, &sh.dith[w][1][i8_off(lane, cb)]);
 #pragma unroll
                 for (int odd = 0; odd < 2; ++odd) {  // channels 16cb + 2n' + odd, n' < 8
                     const u32 sel = odd ? 0x7531u : 0x6420u;
@@ -479,16 +477,16 @@ __global__ void __launch_bounds__(32) decode_stage1_i8(
             }
         }
         sl = sln;
-        __syncwarp();  // every lane's reads of this tile's buffers are done
+        __syncwarp();  // every lane's reads of the warp's buffers of this tile are done
     }
     cp_async_wait_group<0>();
 
-    // ---- the quad's sums: l, ΣP', λ's (m2, l2) under one maximum, cmax; the head's flags
+    // ---- the quad's sums: l, ΣP', λ's (m2, l2) under one maximum, cmax; then the two warps' λ
 #pragma unroll
     for (int off = 1; off <= 2; off <<= 1) {
         l += __shfl_xor_sync(0xffffffffu, l, off);
-#pragma unroll
-        for (int gr = 0; gr < I8_NG; ++gr) cs[gr] += __shfl_xor_sync(0xffffffffu, cs[gr], off);
+        cs[0] += __shfl_xor_sync(0xffffffffu, cs[0], off);
+        cs[1] += __shfl_xor_sync(0xffffffffu, cs[1], off);
         cmx = fmaxf(cmx, __shfl_xor_sync(0xffffffffu, cmx, off));
         hbad = __shfl_xor_sync(0xffffffffu, (int)hbad, off) || hbad;
     }
@@ -498,14 +496,22 @@ __global__ void __launch_bounds__(32) decode_stage1_i8(
     l2 = m2 == -INFINITY ? 0.0f : l2 * exp2f(m2 - M2);
     l2 += __shfl_xor_sync(0xffffffffu, l2, 1);
     l2 += __shfl_xor_sync(0xffffffffu, l2, 2);
-    vbad = __any_sync(0xffffffffu, vbad);
-    poisoned = __any_sync(0xffffffffu, poisoned);
+    if (w == 1) sh.lam[lane][0] = M2, sh.lam[lane][1] = l2, sh.lam[lane][2] = cmx;
+    vbad = __syncthreads_or(vbad);
+    poisoned = __syncthreads_or(poisoned);
+    if (w == 0) {  // λ's sums of the two warps under one maximum
+        const float Mo = sh.lam[lane][0], Lo = sh.lam[lane][1];
+        const float Mx = fmaxf(M2, Mo);
+        l2 = (M2 == -INFINITY ? 0.0f : l2 * exp2f(M2 - Mx)) + (Mo == -INFINITY ? 0.0f : Lo * exp2f(Mo - Mx));
+        M2 = Mx;
+        cmx = fmaxf(cmx, sh.lam[lane][2]);
+    }
     const bool dead = poisoned || hbad || (hflags & 1);
     if (g < G) {
         const i64 oi = ((i64)b * Hq + h * G + g) * num_splits + s;
-        float* op = o_part + oi * I8_D;
+        float* op = o_part + oi * I8_D + I8_HALF * w;
 #pragma unroll
-        for (int cb = 0; cb < 8; ++cb) {
+        for (int cb = 0; cb < 4; ++cb) {
             const float c0 = 0.498046875f * cs[cb >> 1];  // 255/512 · ΣP' of the group
             float4 r;
             if (dead || vbad) r = make_float4(NAN, NAN, NAN, NAN);
@@ -513,7 +519,7 @@ __global__ void __launch_bounds__(32) decode_stage1_i8(
             else r = make_float4((o[cb][0] - c0) / l, (o[cb][1] - c0) / l, (o[cb][2] - c0) / l, (o[cb][3] - c0) / l);
             *reinterpret_cast<float4*>(op + 16 * cb + 4 * t) = r;
         }
-        if (t == 0) {
+        if (w == 0 && t == 0) {
             // back to natural-log units (cmax, a bound, through the float ln 2, which is above ln 2,
             // rounded up); a non-finite V scale: o is not finite, so no guarantee (SPEC §3.6)
             const bool linf = CERT && (cmx == INFINITY || vbad);

@@ -130,6 +130,11 @@ def test_launch_layer_block_size_is_the_kernel_s():
     assert int(re.search(r"#define V2_THREADS (\d+)", src).group(1)) == _cuda.V2_THREADS
     assert int(re.search(r"#define V2_TILE (\d+)", src).group(1)) == _cuda.V2_TILE
     assert 1 << int(re.search(r"#define V2_PLAIN_GS_SHIFT (\d+)", src).group(1)) == _cuda.V2_PLAIN_GROUP_SIZE
+    src = (_cuda.kernel_dir() / "decode_i8.cu").read_text()
+    from witcert_cupy._cuda import geometry as geo
+
+    assert int(re.search(r"#define I8_THREADS (\d+)", src).group(1)) == geo.I8_THREADS
+    assert int(re.search(r"#define I8_TILE (\d+)", src).group(1)) == geo.I8_MIN_TOKENS
     src = (_cuda.kernel_dir() / "decode_f16.cu").read_text()
     assert "__launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_stage1_f16(" in src
     geom = (_cuda.kernel_dir() / "decode_f16_geometry.cuh").read_text()

@@ -14,6 +14,7 @@ TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
 @pytest.mark.parametrize("change, want", [
     ({}, ("i8", True)),                                           # the default: form (I), PLAIN
     ({"certified": False}, ("i8", True)), ({"page_size": 1}, ("i8", True)),
+    ({"pairs": 15}, ("v2", True)), ({"pairs": 16}, ("i8", True)),  # small steps: the staged tile
     ({"bits": 16}, ("v2", True)), ({"bits": 24}, ("v2", True)),   # other resolutions: staged tile
     ({"tier": TIER_A, "num_bands": 16}, ("v2", False)),           # Tier A/AB: staged tile, general layout
     ({"tier": TIER_A, "num_bands": 16, "certified": False}, ("v2", False)),

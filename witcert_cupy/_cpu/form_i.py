@@ -150,13 +150,17 @@ def group_sums(digits, codes_row, jp_row, c0, c1):
 @njit(cache=True)
 def logit2(digits, codes_row, jp_row, scales_row, group_size, w1, w2, cc, fm, p1, p2):
     """One token's logit in log2 units (twin of the kernel's K phase): per group
-    ``Z = fma(fl(256·R0 + R1), W1, fma(R2, W2, C))``, then ``((Σ_g s_g·Z_g)·Fm)·P1·P2`` with the
-    groups accumulated in order by fma.  ``scales_row``: float32 ``[ng]``."""
+    ``Z = fma(fl(256·R0 + R1), W1, fma(R2, W2, C))``; each half of the groups (a warp's) accumulated
+    in order by fma, the two halves added; then ``((half₀ + half₁)·Fm)·P1·P2``.
+    ``scales_row``: float32 ``[ng]``, ``ng`` even."""
     ng = scales_row.shape[0]
-    inner = np.float32(0.0)
-    for gr in range(ng):
-        r0, r1, r2 = group_sums(digits, codes_row, jp_row, gr * group_size, (gr + 1) * group_size)
-        fy = np.float32(256 * r0 + r1)
-        z = fma32(fy, w1[gr], fma32(np.float32(r2), w2[gr], cc[gr]))
-        inner = np.float32(scales_row[gr] * z) if gr == 0 else fma32(scales_row[gr], z, inner)
-    return _ftz(np.float32(_ftz(np.float32(_ftz(np.float32(inner * fm)) * p1)) * p2))
+    total = np.float32(0.0)
+    for hf in range(2):
+        inner = np.float32(0.0)
+        for gr in range(hf * ng // 2, (hf + 1) * ng // 2):
+            r0, r1, r2 = group_sums(digits, codes_row, jp_row, gr * group_size, (gr + 1) * group_size)
+            fy = np.float32(256 * r0 + r1)
+            z = fma32(fy, w1[gr], fma32(np.float32(r2), w2[gr], cc[gr]))
+            inner = np.float32(scales_row[gr] * z) if gr == hf * ng // 2 else fma32(scales_row[gr], z, inner)
+        total = inner if hf == 0 else np.float32(total + inner)
+    return _ftz(np.float32(_ftz(np.float32(_ftz(np.float32(total * fm)) * p1)) * p2))

@@ -94,12 +94,19 @@ def stage1_dot_height(kernel: str, head_dim: int, G: int, *, split: bool, plain:
     return sum_height(head_dim, *stage1_dot_order(kernel, head_dim, G, split=split, plain=plain))
 
 
-# decode_stage1_i8 (cuda/decode_i8.cu): one warp per CTA; its default split count fills one wave of
-# its resident CTAs with splits of at least one 32-token tile, at most I8_MAX_SPLITS (decode_merge's
+# decode_stage1_i8 (cuda/decode_i8.cu): two warps per CTA (I8_THREADS, the kernel's I8_THREADS:
+# tests/test_cuda_compile.py checks the two agree); its default split count fills one wave of its
+# resident CTAs with splits of at least one 32-token tile, at most I8_MAX_SPLITS (decode_merge's
 # prefetch holds 128)
-I8_THREADS = 32
+I8_THREADS = 64
 I8_MAX_SPLITS = 128
 I8_MIN_TOKENS = 32
+# ... and the library picks it for steps of at least I8_MIN_PAIRS (request, kv head) pairs.  Measured
+# on the H200 beside the staged tile (bench/decode.py, one process, certified / uncertified, µs):
+# B = 8, 28/4, 32k (32 pairs) 209 / 188 against 274 / 265; B = 8, 32/8, 32k (64 pairs) 398 / 357
+# against 414 / 403; B = 1, 32/8, 4k (8 pairs) 23.3 / 20.8 against 16.5 / 15.9, where each split's
+# set-up (the query split and its coefficients, per CTA) is most of a one- or two-tile split.
+I8_MIN_PAIRS = 16
 
 # one-warp pipelines (splits) per CTA of decode_stage1_f16: F16_PIPES of
 # cuda/decode_f16_geometry.cuh (tests/test_cuda_compile.py checks the two agree)
