@@ -31,16 +31,21 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
         cfg = wc.QuantConfig(128, witness_bands=16, outlier_pairs=np.array([[[1, 40]] * 2]))
         return wc.KVPool(1, 2, 128, 64, 16, cfg, backend="cuda", keep_exact=True, exact_tier_pages=12)
 
+    def int8_plain():  # the default layout on 8 kv heads: from 2 requests, the form-(I) kernel's steps
+        return wc.KVPool(1, 8, 128, 64, 16, wc.QuantConfig(128), backend="cuda", keep_exact=True)
+
     # INT8 at each dither resolution and fp16 stores (witness rows of 32 and 4 bytes) take turns
-    pools = [int8(8), fp16(16), int8(16), fp16(2), int8(24), int8_tier()]
-    n_good = n_bad = 0
+    pools = [int8(8), fp16(16), int8(16), fp16(2), int8(24), int8_tier(), int8_plain()]
+    n_good = n_bad = n_i8 = 0
     for it in range(iters):
         pool = pools[it % len(pools)]
-        cert = wc.CertConfig(tier="A" if isinstance(pool, wc.Fp16Pool) else "AB")
+        H = pool.num_kv_heads
+        plain = H == 8
+        cert = wc.CertConfig(tier="A" if isinstance(pool, wc.Fp16Pool) else ("B" if plain else "AB"))
         # writes with arbitrary slots: out-of-range ones must be dropped, not written
         n = int(rng.integers(1, 40))
         slots = rng.integers(-50, pool.num_slots + 50, n)
-        x = cp.asarray(rng.standard_normal((n, 2, 128)).astype(np.float32))
+        x = cp.asarray(rng.standard_normal((n, H, 128)).astype(np.float32))
         pool.write(0, cp.asarray(slots), x, x)
         if pool.tier_map is not None and rng.random() < 0.5:
             try:
@@ -48,7 +53,7 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
             except RuntimeError:  # the tier is full
                 pass
         # page tables: some valid, some garbage
-        B = int(rng.integers(1, 6))
+        B = int(rng.integers(2 if plain else 1, 6))
         npg = rng.integers(0, 10, B)
         indptr = np.concatenate([[0], np.cumsum(npg)]).astype(np.int32)
         indices = rng.integers(0, pool.num_pages, indptr[-1]).astype(np.int32)
@@ -66,12 +71,13 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
             indptr = indptr.copy()
             indptr[-1] += 1000
         G = int(rng.choice([1, 4, 7]))
-        q = cp.asarray(rng.standard_normal((B, 2 * G, 128)).astype(np.float32))
+        q = cp.asarray(rng.standard_normal((B, H * G, 128)).astype(np.float32))
         ns = int(rng.integers(1, 9))
         args = dict(layer=0, kv_indptr=cp.asarray(indptr), kv_indices=cp.asarray(indices),
                     kv_last_page_len=cp.asarray(last), num_splits=ns)
         # (the tier pool's steps also ask for page contributions, as the gate's do)
         r = wc.decode_attention(q, pool, cert=cert, page_contrib=pool.tier_map is not None, **args)
+        n_i8 += r.dot_order is not None and r.dot_height is None  # (the form-(I) kernel's steps)
         o = r.o.get()
         risk = r.risk.get()
         # the uncertified launch (its own instantiation for fp16 stores) on the same table
@@ -86,7 +92,8 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
                 elif npg[b]:
                     assert np.all(np.isfinite(o[b])), (it, b)
                     n_good += 1
-    print(f"fuzz: {iters} iterations, {n_good} good rows finite, {n_bad} bad rows NaN/inf, "
+    assert n_i8 > 0, "no step ran the form-(I) kernel"
+    print(f"fuzz: {iters} iterations ({n_i8} on the form-(I) kernel), {n_good} good rows finite, {n_bad} bad rows NaN/inf, "
           f"{sum(int(p._dev.bad_slot_writes.get()[0]) for p in pools)} out-of-range slot rows dropped")
     extend_fuzz(rng, iters)
 
@@ -100,7 +107,7 @@ def extend_fuzz(rng, iters):
     pool = wc.KVPool(1, 2, 128, 40, 16, wc.QuantConfig(128), backend="cuda")
     x = cp.asarray(rng.standard_normal((pool.num_slots, 2, 128)).astype(np.float32))
     pool.write(0, cp.arange(pool.num_slots), x, x)
-    n_good = n_bad = 0
+    n_good = n_bad = n_i8 = 0
     for it in range(max(1, iters // 3)):
         B = int(rng.integers(1, 4))
         npg = rng.integers(1, 8, B)
