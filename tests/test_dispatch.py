@@ -15,6 +15,8 @@ TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
     ({}, ("i8", True)),                                           # the default: form (I), PLAIN
     ({"certified": False}, ("i8", True)), ({"page_size": 1}, ("i8", True)),
     ({"pairs": 15}, ("v2", True)), ({"pairs": 16}, ("i8", True)),  # small steps: the staged tile
+    ({"G": 2}, ("v2", True)), ({"G": 3}, ("i8", True)),             # few heads per kv head: the staged tile
+    ({"G": 4, "tokens": 4096}, ("v2", True)), ({"G": 7, "tokens": 4096}, ("i8", True)),  # short contexts
     ({"bits": 16}, ("v2", True)), ({"bits": 24}, ("v2", True)),   # other resolutions: staged tile
     ({"tier": TIER_A, "num_bands": 16}, ("v2", False)),           # Tier A/AB: staged tile, general layout
     ({"tier": TIER_A, "num_bands": 16, "certified": False}, ("v2", False)),

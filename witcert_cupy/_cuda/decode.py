@@ -18,7 +18,8 @@ from .pdl import Launcher
 
 
 def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unroll, group_size, num_bands,
-                  outlier_channels, tier, certified, page_size=16, pairs=geo.I8_MIN_PAIRS, requested="auto"):
+                  outlier_channels, tier, certified, page_size=16, G=8, pairs=geo.I8_MIN_PAIRS,
+                  tokens=geo.I8_LONG_TOKENS, requested="auto"):
     """The stage-1 kernel of a decode step, the one place it is chosen.
 
     Parameters
@@ -33,9 +34,10 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
         The pool has an exact tier; the step asks for per-page contributions.
     page_size : int
         The pool's tokens per page.
-    pairs : int
-        The step's (request, kv head) pairs: the form-(I) kernel serves steps of at least
-        ``geometry.I8_MIN_PAIRS`` of them (below, the staged tile is faster: its split set-up is shorter).
+    G, pairs, tokens : int
+        The step's query heads per kv head, (request, kv head) pairs and mean tokens per request: where
+        both serve, the form-(I) kernel is chosen where it measured faster than the staged tile
+        (``geometry.i8_serves``).
     unroll : int
         The general kernel's tokens per lane group (0: its default).
     tier : int
@@ -87,7 +89,7 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
         return requested, plain
     if f16_ok:
         return "f16", plain
-    if i8_ok and pairs >= geo.I8_MIN_PAIRS:
+    if i8_ok and geo.i8_serves(G, pairs, tokens):
         return "i8", plain
     if v2_ok:
         return "v2", plain
@@ -131,7 +133,8 @@ class DecodePlan:
             fp16_store=dev.fp16_store, bits=bits, head_dim=d, exact_tier=p.tier_map_dev is not None,
             page_outputs=P > 0, unroll=unroll, group_size=gs, num_bands=dev.num_bands,
             outlier_channels=bypass.shape[-1], tier=cert_mod.tier_code(cert), certified=cert is not None,
-            page_size=p.page_size, pairs=B * p.num_kv_heads, requested=stage1)
+            page_size=p.page_size, G=G, pairs=B * p.num_kv_heads,
+            tokens=self.ix.shape[0] * p.page_size // max(1, B), requested=stage1)
         self.kernel_name = stage1
         sides = False  # decode_stage1_v2's PLAIN layout with the warps on the sides (below)
         split = False  # ... or on each row's channels

@@ -101,12 +101,23 @@ def stage1_dot_height(kernel: str, head_dim: int, G: int, *, split: bool, plain:
 I8_THREADS = 64
 I8_MAX_SPLITS = 128
 I8_MIN_TOKENS = 32
-# ... and the library picks it for steps of at least I8_MIN_PAIRS (request, kv head) pairs.  Measured
-# on the H200 beside the staged tile (bench/decode.py, one process, certified / uncertified, µs):
-# B = 8, 28/4, 32k (32 pairs) 209 / 188 against 274 / 265; B = 8, 32/8, 32k (64 pairs) 398 / 357
-# against 414 / 403; B = 1, 32/8, 4k (8 pairs) 23.3 / 20.8 against 16.5 / 15.9, where each split's
-# set-up (the query split and its coefficients, per CTA) is most of a one- or two-tile split.
+# ... and the library picks it where it beat the staged tile (bench/decode.py --shapes, one process per
+# shape, certified µs i8 / v2, bench/results/decode-shapes.json): its cost per kv token does not depend
+# on G (its mma rows are 8 heads), the staged tile's grows with G, and each of its splits pays a set-up
+# (the query split, per CTA) that short contexts do not amortize.  B = 8, 32k: G = 1 397 / 342,
+# G = 2 396 / 365, G = 3 397 / 412, G = 4 398 / 414, G = 7 209 / 274 (28/4), G = 8 396 / 666; B = 32,
+# 28/4, 32k 769 / 1042; 16 pairs: B = 2, 32/8, 32k 108 / 110, B = 2, 32/8, 4k 27.8 / 24.3, B = 4,
+# 28/4, 4k 29.1 / 29.6; 8 pairs (B = 1, 32/8, 4k) 23.3 / 16.5.
 I8_MIN_PAIRS = 16
+I8_MIN_G = 3
+I8_WIDE_G = 7  # from here at any context; below it from I8_LONG_TOKENS tokens per request
+I8_LONG_TOKENS = 16384
+
+
+def i8_serves(G, pairs, tokens):
+    """Whether the form-(I) kernel is the library's choice for a step it can serve: ``G`` query
+    heads per kv head, ``pairs`` (request, kv head) pairs, ``tokens`` the mean request's tokens."""
+    return pairs >= I8_MIN_PAIRS and G >= I8_MIN_G and (G >= I8_WIDE_G or tokens >= I8_LONG_TOKENS)
 
 # one-warp pipelines (splits) per CTA of decode_stage1_f16: F16_PIPES of
 # cuda/decode_f16_geometry.cuh (tests/test_cuda_compile.py checks the two agree)
