@@ -129,12 +129,12 @@ class DecodePlan:
         G = Hq // p.num_kv_heads
         logb = cert_mod.log_budget(cert, Hq, p.num_layers) if cert is not None else np.float32(0)
         P = max(0, int(max_pages))
+        tokens = self.ix.shape[0] * p.page_size // max(1, B)  # the mean request's, at most
         stage1, plain = select_stage1(
             fp16_store=dev.fp16_store, bits=bits, head_dim=d, exact_tier=p.tier_map_dev is not None,
             page_outputs=P > 0, unroll=unroll, group_size=gs, num_bands=dev.num_bands,
             outlier_channels=bypass.shape[-1], tier=cert_mod.tier_code(cert), certified=cert is not None,
-            page_size=p.page_size, G=G, pairs=B * p.num_kv_heads,
-            tokens=self.ix.shape[0] * p.page_size // max(1, B), requested=stage1)
+            page_size=p.page_size, G=G, pairs=B * p.num_kv_heads, tokens=tokens, requested=stage1)
         self.kernel_name = stage1
         sides = False  # decode_stage1_v2's PLAIN layout with the warps on the sides (below)
         split = False  # ... or on each row's channels
@@ -167,7 +167,6 @@ class DecodePlan:
         # the default split count: one wave of this kernel's resident CTAs (the one-warp fp16 kernel:
         # up to 128 splits of at least 64 tokens, the mean request's length from the table's shape;
         # the INT8 kernel: beyond 64 splits at small batch, v2_num_splits)
-        tokens = self.ix.shape[0] * p.page_size // max(1, B)  # the mean request's, at most
         if not ns:
             resident = _resident_ctas(self.stage1, self.block1, self.smem1)
             if stage1 == "f16":  # a whole number of CTAs' pipelines where there are several
