@@ -15,6 +15,7 @@ from .. import _contract as C
 from .bits import dither_row, f16_bits_to_f32
 from .form_i import logit2 as form_i_logit2
 from .form_i import query_split as form_i_query_split
+from .rounding import coef_up
 from .write import reconstruct_row
 
 _F32_MAX = np.float32(3.4028234663852886e38)
@@ -80,22 +81,6 @@ def dot_height(d: int) -> int:
     from ..certificate import sum_height
 
     return sum_height(d, *DOT_ORDER)
-
-
-@njit(inline="always", cache=True)
-def coef_up(x, e, floor):
-    """float32 ``≥ x·2^e`` (exact where that is a normal fp32 number), at least ``floor`` when
-    ``x > 0``, ``+inf`` for a non-finite ``x`` or past the fp32 range: a per-head certificate
-    coefficient formed on a normalized query (docs/certificate.md §10.2).  Twin of ``coef_up`` in
-    ``cuda/certificate.cuh``."""
-    if x == 0.0:
-        return np.float32(0.0)
-    if not (x <= _F32_MAX):
-        return _INF
-    r = math.ldexp(np.float64(x), e)
-    if r < floor:
-        r = floor
-    return np.float32(r) if r <= np.float64(_F32_MAX) else _INF
 
 
 @njit(inline="always", cache=True)
@@ -302,13 +287,15 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                         vh[c] = f16_bits_to_f32(codes_v[h, slot, c])
                 else:
                     dither_row(xi, slot, 0, layer, h + head_base, 0, k0, k1, bits)
-                    reconstruct_row(kh, codes_k[h, slot], scales_k[h, slot], outl_k[h, slot], xi,
-                                    bypass_ch[h], group_size)
-                    if form_i:  # the dither fields j' = 255 − j (ξ = (255 − 2j')/512, exactly)
+                    if form_i:  # the dither fields j' = 255 − j (ξ = (255 − 2j')/512, exactly): the
+                        # logit reads the stored bytes, not x̂
                         for c in range(d):
                             jp[c] = np.int64((np.float32(255.0) - np.float32(512.0) * xi[c]) * np.float32(0.5))
                         for gr in range(ng):
                             ksc[gr] = f16_bits_to_f32(scales_k[h, slot, gr])
+                    else:
+                        reconstruct_row(kh, codes_k[h, slot], scales_k[h, slot], outl_k[h, slot], xi,
+                                        bypass_ch[h], group_size)
                     dither_row(xi, slot, 1, layer, h + head_base, 0, k0, k1, bits)
                     reconstruct_row(vh, codes_v[h, slot], scales_v[h, slot], outl_v[h, slot], xi,
                                     bypass_ch[h], group_size)

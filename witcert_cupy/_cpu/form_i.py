@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from .. import _contract as C
+from .rounding import coef_up, f32_up
 
 _F32_MAX = np.float32(3.4028234663852886e38)
 _MIN_NORMAL = 2.0 ** -126
@@ -38,28 +39,6 @@ def _ftz(x):
 def fma32(a, b, c):
     """fp32 ``a·b + c`` (the product is exact in float64; the sum rounds in float64, then to fp32)."""
     return np.float32(np.float64(a) * np.float64(b) + np.float64(c))
-
-
-@njit(inline="always", cache=True)
-def _f32_up(x):
-    f = np.float32(x)
-    if np.float64(f) < x:
-        f = np.nextafter(f, np.float32(np.inf))
-    return f
-
-
-@njit(inline="always", cache=True)
-def _coef_up(x, e):
-    """float32 ``≥ x·2^e`` for ``x ≥ 0`` (float32), raised to ``COEF_FLOOR_1`` (twin of
-    ``certificate.cuh``'s ``coef_up``)."""
-    if x == 0.0:
-        return np.float32(0.0)
-    if not (x <= _F32_MAX):
-        return np.float32(np.inf)
-    r = math.ldexp(np.float64(x), e)
-    if r < _FLOOR1:
-        r = _FLOOR1
-    return np.float32(r) if r <= np.float64(_F32_MAX) else np.float32(np.inf)
 
 
 @njit(cache=True)
@@ -124,7 +103,7 @@ def query_split(qv, group_size, sm_m, e_sm, gamma_eval, digits, shift, w1, w2, c
             + 255.0 * abs(np.float64(sum_q))
         # (float64 sums of at most a few hundred non-negative terms: one part in 2^44 covers them)
         x = (_RES * sr + _DROP * sa2 + np.float64(gamma_eval) * terms) * (1.0 + 2.0 ** -44)
-        gq[gr] = _coef_up(_f32_up(np.float64(sm_m) * x * (1.0 + 2.0 ** -50)), e_sm - 9 - S)
+        gq[gr] = coef_up(f32_up(np.float64(sm_m) * x * (1.0 + 2.0 ** -50)), e_sm - 9 - S, _FLOOR1)
     fm = np.float32(np.float64(sm_m) * np.float64(_LOG2E))
     E = e_sm + eh - 31
     E1 = min(max(E, -126), 127)
