@@ -2,7 +2,7 @@
 // (docs/certificate.md §9, steps 1 and 8) and the f16x2, ldmatrix, mma.sync and warpgroup-mma
 // instructions that go with them.
 // A header of its own so that the extend kernel (cuda/extend_tc.cu), the form-(I) decode
-// (cuda/decode_i8.cu) and the tensor-core levels of the decode floor ladder (cuda/bench_floor.cu)
+// (cuda/decode_i8.cuh) and the tensor-core levels of the decode floor ladder (cuda/bench_floor.cu)
 // build the same operands with the same instructions.
 #pragma once
 #include "common.cuh"

@@ -34,18 +34,21 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
     def int8_plain():  # the default layout on 8 kv heads: from 2 requests, the form-(I) kernel's steps
         return wc.KVPool(1, 8, 128, 64, 16, wc.QuantConfig(128), backend="cuda", keep_exact=True)
 
+    def int8_dim(d):  # other head dims: the form-(I) kernel at every size
+        return wc.KVPool(1, 2, d, 64, 16, wc.QuantConfig(d), backend="cuda", keep_exact=True)
+
     # INT8 at each dither resolution and fp16 stores (witness rows of 32 and 4 bytes) take turns
-    pools = [int8(8), fp16(16), int8(16), fp16(2), int8(24), int8_tier(), int8_plain()]
+    pools = [int8(8), fp16(16), int8(16), fp16(2), int8(24), int8_tier(), int8_plain(), int8_dim(64), int8_dim(256)]
     n_good = n_bad = n_i8 = 0
     for it in range(iters):
         pool = pools[it % len(pools)]
-        H = pool.num_kv_heads
-        plain = H == 8
+        H, d = pool.num_kv_heads, pool.head_dim
+        plain = H == 8 or d != 128
         cert = wc.CertConfig(tier="A" if isinstance(pool, wc.Fp16Pool) else ("B" if plain else "AB"))
         # writes with arbitrary slots: out-of-range ones must be dropped, not written
         n = int(rng.integers(1, 40))
         slots = rng.integers(-50, pool.num_slots + 50, n)
-        x = cp.asarray(rng.standard_normal((n, H, 128)).astype(np.float32))
+        x = cp.asarray(rng.standard_normal((n, H, d)).astype(np.float32))
         pool.write(0, cp.asarray(slots), x, x)
         if pool.tier_map is not None and rng.random() < 0.5:
             try:
@@ -53,7 +56,7 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
             except RuntimeError:  # the tier is full
                 pass
         # page tables: some valid, some garbage
-        B = int(rng.integers(2 if plain else 1, 6))
+        B = int(rng.integers(2 if H == 8 else 1, 6))
         npg = rng.integers(0, 10, B)
         indptr = np.concatenate([[0], np.cumsum(npg)]).astype(np.int32)
         indices = rng.integers(0, pool.num_pages, indptr[-1]).astype(np.int32)
@@ -70,13 +73,15 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
         if rng.random() < 0.2:  # an inconsistent indptr
             indptr = indptr.copy()
             indptr[-1] += 1000
-        G = 8 if plain else int(rng.choice([1, 4, 7]))  # (where the library takes the form-(I) kernel)
-        q = cp.asarray(rng.standard_normal((B, H * G, 128)).astype(np.float32))
+        G = 8 if H == 8 else int(rng.choice([1, 4, 7]))  # (where the library takes the form-(I) kernel)
+        q = cp.asarray(rng.standard_normal((B, H * G, d)).astype(np.float32))
         ns = int(rng.integers(1, 9))
         args = dict(layer=0, kv_indptr=cp.asarray(indptr), kv_indices=cp.asarray(indices),
                     kv_last_page_len=cp.asarray(last), num_splits=ns)
-        # (the tier pool's steps also ask for page contributions, as the gate's do)
-        r = wc.decode_attention(q, pool, cert=cert, page_contrib=pool.tier_map is not None, **args)
+        # (the tier pool's steps also ask for page contributions, as the gate's do; the form-(I)
+        # pools' every other time, up to d = 128)
+        pages = pool.tier_map is not None or (plain and d <= 128 and it % 2 == 0)
+        r = wc.decode_attention(q, pool, cert=cert, page_contrib=pages, **args)
         n_i8 += r.dot_order is not None and r.dot_height is None  # (the form-(I) kernel's steps)
         o = r.o.get()
         risk = r.risk.get()

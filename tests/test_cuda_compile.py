@@ -31,6 +31,20 @@ def _entries_without_local_memory(log):
     return entries
 
 
+def _assert_i8_instances(name, entries):
+    """decode_i8_d{D}.cu instantiated every (G, certified, page contributions) the library launches
+    at its head dim (geometry.py: pages up to I8_PAGES_MAX_D)."""
+    from witcert_cupy._cuda import geometry as geo
+
+    d = int(re.fullmatch(r"decode_i8_d(\d+)\.cu", name).group(1))
+    assert d in geo.I8_HEAD_DIMS
+    modes = [(0, 0), (1, 0)] + ([(1, 1)] if d <= geo.I8_PAGES_MAX_D else [])
+    for g in range(1, 9):
+        for c, p in modes:
+            assert any(f"decode_stage1_i8ILi{d}ELi{g}ELb{c}ELb{p}EEv" in e for e in entries), (d, g, c, p)
+    assert not any("ELb1ELb1EEv" in e for e in entries if d > geo.I8_PAGES_MAX_D)
+
+
 @pytest.mark.parametrize("name", SOURCES)
 def test_compiles_for_sm90_without_spills_or_warnings(name, tmp_path):
     cmd = [NVCC, "--cubin", "-arch=sm_90", "-ftz=true", "-Xptxas", "-v", "-Werror", "all-warnings",
@@ -57,14 +71,8 @@ def test_compiles_for_sm90_without_spills_or_warnings(name, tmp_path):
         for g in range(1, 9):
             for c in (0, 1):
                 assert any(f"decode_stage1_f16ILi{g}ELb{c}EEv" in e for e in entries), (g, c)
-    if name == "decode_i8.cu":  # (G, certified)
-        for g in range(1, 9):
-            for c in (0, 1):
-                assert any(f"decode_stage1_i8ILi{g}ELb{c}EEv" in e for e in entries), (g, c)
-    if name == "decode_i8.cu":  # (G, certified)
-        for g in range(1, 9):
-            for c in (0, 1):
-                assert any(f"decode_stage1_i8ILi{g}ELb{c}EEv" in e for e in entries), (g, c)
+    if name.startswith("decode_i8_d"):
+        _assert_i8_instances(name, entries)
     if name == "extend_tc.cu":
         for g in range(1, 9):
             assert any(f"extend_tc_stage1ILi{g}EEv" in e for e in entries), g
@@ -130,11 +138,14 @@ def test_launch_layer_block_size_is_the_kernel_s():
     assert int(re.search(r"#define V2_THREADS (\d+)", src).group(1)) == _cuda.V2_THREADS
     assert int(re.search(r"#define V2_TILE (\d+)", src).group(1)) == _cuda.V2_TILE
     assert 1 << int(re.search(r"#define V2_PLAIN_GS_SHIFT (\d+)", src).group(1)) == _cuda.V2_PLAIN_GROUP_SIZE
-    src = (_cuda.kernel_dir() / "decode_i8.cu").read_text()
+    src = (_cuda.kernel_dir() / "decode_i8.cuh").read_text() + (_cuda.kernel_dir() / "decode_i8_geometry.cuh").read_text()
     from witcert_cupy._cuda import geometry as geo
 
-    assert int(re.search(r"#define I8_THREADS (\d+)", src).group(1)) == geo.I8_THREADS
+    assert int(re.search(r"#define I8_WARP_CH (\d+)", src).group(1)) == geo.I8_WARP_CH
     assert int(re.search(r"#define I8_TILE (\d+)", src).group(1)) == geo.I8_MIN_TOKENS
+    assert "__launch_bounds__(D / 2," in src and [geo.i8_threads(d) for d in (64, 128, 256)] == [32, 64, 128]
+    assert sorted(p.name for p in _cuda.kernel_dir().glob("decode_i8_d*.cu")) == \
+        sorted(f"decode_i8_d{d}.cu" for d in geo.I8_HEAD_DIMS)
     src = (_cuda.kernel_dir() / "decode_f16.cu").read_text()
     assert "__launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_stage1_f16(" in src
     geom = (_cuda.kernel_dir() / "decode_f16_geometry.cuh").read_text()
@@ -195,6 +206,25 @@ def test_f16_launch_geometry_is_the_kernel_s(tmp_path):
             assert min_plain * (smem + 1024) <= 228 * 1024 and min_plain * pipes == 12, line
 
 
+def test_i8_shared_memory_is_the_kernel_s(tmp_path):
+    """decode_stage1_i8's dynamic shared memory as the launch layer computes it is the kernel's
+    sizeof(I8Smem<D>) (the kernel traps when given less), and its CTAs per SM at that size reach the
+    warps per SM its register bound is set for."""
+    from witcert_cupy._cuda import geometry as geo
+
+    exe = tmp_path / "geom"
+    src = Path(__file__).parent / "cuda_host" / "i8_smem.cu"
+    out = subprocess.run([NVCC, "-std=c++17", *_cuda.defines(), "-I", str(_cuda.kernel_dir()), str(src), "-o",
+                          str(exe)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    lines = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout.strip().split("\n")
+    got = dict(tuple(map(int, ln.split())) for ln in lines)
+    assert got == {d: geo.i8_smem_bytes(d) for d in geo.I8_HEAD_DIMS}
+    for d, smem in got.items():  # 12 warps per SM: 228 KB an SM, 1 KB kept per CTA
+        ctas = 12 * geo.I8_WARP_CH // d
+        assert ctas * (smem + 1024) <= 228 * 1024, (d, smem)
+
+
 def test_source_hash_tracks_every_file():
     h = _cuda.sources_hash()
     assert re.fullmatch(r"[0-9a-f]{16}", h)
@@ -217,10 +247,8 @@ def test_compiles_with_nvrtc_as_cupy_does(name):
     assert ok, log
     assert "warning" not in log.lower(), log
     entries = _entries_without_local_memory(log)
-    if name == "decode_i8.cu":  # (G, certified)
-        for g in range(1, 9):
-            for c in (0, 1):
-                assert any(f"decode_stage1_i8ILi{g}ELb{c}EEv" in e for e in entries), (g, c)
+    if name.startswith("decode_i8_d"):
+        _assert_i8_instances(name, entries)
     if name == "extend_tc.cu":  # the wgmma path as the launch layer builds it: its -arch beside CuPy's
         from witcert_cupy._cuda import extend as _cuda_extend
 

@@ -18,35 +18,36 @@ from helpers import cpu_dot_order, filled_pool, on_device, page_table
 D, GS = 128, 32
 
 
-def _queries(rng):
+def _queries(rng, d=D):
     """Query rows that stress the split: Gaussian, entries over 40 decades, one group 2^70 above the
     others (the shift clamp), norms near 2^-100 and 2^100, zeros, lone entries, fp32-subnormal ones,
     half-integers at the split's scale (residuals of exactly 1/2)."""
-    rows = [rng.standard_normal(D), 10.0 ** rng.uniform(-20, 20, D) * rng.choice([-1, 1], D)]
-    big = rng.standard_normal(D)
+    rows = [rng.standard_normal(d), 10.0 ** rng.uniform(-20, 20, d) * rng.choice([-1, 1], d)]
+    big = rng.standard_normal(d)
     big[:GS] *= 2.0 ** 70
-    rows += [big, rng.standard_normal(D) * 2.0 ** -100, rng.standard_normal(D) * 2.0 ** 100, np.zeros(D)]
-    lone = np.zeros(D)
-    lone[77] = -3.0
+    rows += [big, rng.standard_normal(d) * 2.0 ** -100, rng.standard_normal(d) * 2.0 ** 100, np.zeros(d)]
+    lone = np.zeros(d)
+    lone[d // 2 + 13] = -3.0
     rows.append(lone)
-    sub = rng.standard_normal(D)
+    sub = rng.standard_normal(d)
     sub[::3] = 1e-40
     rows.append(sub)
-    rows.append(_half_residuals(rng))
+    rows.append(_half_residuals(rng, d))
     return [r.astype(np.float32) for r in rows]
 
 
-def _half_residuals(rng):
+def _half_residuals(rng, d=D):
     """Each group's first entry 1/2 (scaled to 2^21), the others ±2^-23: at the split's scale
     2^22 they are ±1/2, which round to 0 — residuals of exactly 1/2 on digits that are all zero."""
-    q = rng.choice([-1.0, 1.0], D) * 2.0 ** -23
+    q = rng.choice([-1.0, 1.0], d) * 2.0 ** -23
     q[::GS] = 0.5
     return q
 
 
 def _split(qv, sm=1 / math.sqrt(D)):
-    ng = D // GS
-    dig = np.zeros((3, D), np.int64)
+    d = qv.shape[0]
+    ng = d // GS
+    dig = np.zeros((3, d), np.int64)
     sh = np.zeros(ng, np.int64)
     w1, w2, cc, gq = (np.zeros(ng, np.float32) for _ in range(4))
     sm_m, e_sm = math.frexp(float(np.float32(sm)))
@@ -82,16 +83,16 @@ def test_query_split_is_exact_and_in_range():
     assert not _split(bad)[0]
 
 
-def _tokens(rng, n):
+def _tokens(rng, n, d=D):
     """``n`` tokens' codes, dither fields and fp16 scales (over their whole range, subnormals
     included), extreme codes at the ends."""
-    codes = rng.integers(-127, 128, (n, D))
+    codes = rng.integers(-127, 128, (n, d))
     codes[0] = 127
     codes[1] = -127
-    jp = rng.integers(0, 256, (n, D))
+    jp = rng.integers(0, 256, (n, d))
     jp[0] = 0
     jp[1] = 255
-    s = np.exp2(rng.uniform(-24, 15.9, (n, D // GS))).astype(np.float16).astype(np.float32)
+    s = np.exp2(rng.uniform(-24, 15.9, (n, d // GS))).astype(np.float16).astype(np.float32)
     return codes, jp, s
 
 
@@ -117,14 +118,16 @@ def _logit_errors(qv, codes, jp, s, sm, drop_residual=False):
     return np.abs(got - exact), s.astype(np.float64) @ gq.astype(np.float64)
 
 
-def test_integer_logit_is_inside_its_evaluation_term():
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_integer_logit_is_inside_its_evaluation_term(d):
     """|ℓ̃ − sm·q·x̂| ≤ Σ_g s_g·gq_g (+ g₀) for every token whose logit is finite, on queries over
-    the whole fp32 range and logit scales from 2^-80 to 2^20."""
+    the whole fp32 range and logit scales from 2^-80 to 2^20, at each head dim (one, two or four
+    warps' parts)."""
     rng = np.random.default_rng(1)
-    codes, jp, s = _tokens(rng, 64)
-    for sm in (1 / math.sqrt(D), 2.0 ** -80, 2.0 ** 20):
-        g0 = certificate.underflow_term(D, sm)
-        for qv in _queries(rng):
+    codes, jp, s = _tokens(rng, 64, d)
+    for sm in (1 / math.sqrt(d), 2.0 ** -80, 2.0 ** 20):
+        g0 = certificate.underflow_term(d, sm)
+        for qv in _queries(rng, d):
             err, term = _logit_errors(qv, codes, jp, s, sm)
             # (a logit past fp32 poisons its head and a term past it says "no guarantee": both sound)
             held = np.isfinite(err) & np.isfinite(term)
@@ -150,10 +153,11 @@ def test_split_residual_breaks_the_bound_without_its_term():
     assert np.all(err <= term)
 
 
-@pytest.mark.parametrize("kind", ["decades", "tiny_q", "tiny_sm"])
-def test_cpu_twin_has_no_violations_on_adversarial_cases(kind):
+@pytest.mark.parametrize("kind,d", [("decades", 128), ("tiny_q", 128), ("tiny_sm", 128), ("decades", 64),
+                                    ("tiny_sm", 256)])
+def test_cpu_twin_has_no_violations_on_adversarial_cases(kind, d):
     """The CPU backend in form (I) (the GPU kernel's twin), Tier B, on both readings of p̃."""
-    case = adv.build(kind, "cpu", B=16, Hkv=2, G=8, seed=3)
+    case = adv.build(kind, "cpu", B=16, Hkv=2, G=8, d=d, seed=3)
     case["cert"] = wc.CertConfig(tier="B", delta_req=1e-3)
     with cpu_dot_order(certificate.FORM_I_ORDER):
         res = adv.decode(case)
@@ -162,14 +166,16 @@ def test_cpu_twin_has_no_violations_on_adversarial_cases(kind):
     assert cells == 256 and (v2, v1) == (0, 0)
 
 
-def test_cpu_twin_is_close_to_the_fp32_path():
-    """Form (I) against the shipped fp32 path on ordinary inputs: o and lse within fp32 noise, the
-    certificate within 0.2% (both evaluation terms are a small share of c_t)."""
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_cpu_twin_is_close_to_the_fp32_path(d):
+    """Form (I) against the shipped fp32 path on ordinary inputs, at each head dim the kernel serves:
+    o and lse within fp32 noise, the certificate within 0.2% (both evaluation terms are a small
+    share of c_t)."""
     rng = np.random.default_rng(4)
-    pool, (ip, ix, last, _), _, _ = filled_pool(rng, lengths=[300, 77, 1], H=2)
-    q = rng.standard_normal((3, 8, D)).astype(np.float32)
+    pool, (ip, ix, last, _), _, _ = filled_pool(rng, lengths=[300, 77, 1], H=2, d=d)
+    q = rng.standard_normal((3, 8, d)).astype(np.float32)
     cert = wc.CertConfig(tier="B", num_layers=1, steps=16)
-    kw = dict(layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=last, cert=cert, num_splits=3)
+    kw = dict(layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=last, cert=cert, num_splits=3, page_contrib=True)
     pool.ledger.reset()
     f = wc.decode_attention(q, pool, **kw)
     pool.ledger.reset()
@@ -179,6 +185,7 @@ def test_cpu_twin_is_close_to_the_fp32_path():
     np.testing.assert_allclose(i.lse, f.lse, rtol=1e-6, atol=1e-5)
     np.testing.assert_allclose(i.cmax, f.cmax, rtol=1e-3)
     np.testing.assert_allclose(i.tv_bound, f.tv_bound, rtol=2e-3)
+    np.testing.assert_allclose(i.page_contrib, f.page_contrib, rtol=5e-3, atol=1e-7)
 
 
 def test_form_i_refuses_what_it_does_not_serve():
@@ -200,28 +207,36 @@ def _gpu_pools(seed, **kw):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("G,page,tier", [(1, 16, "B"), (3, 16, "B"), (4, 1, "B"), (7, 16, "B"), (8, 64, "B"),
-                                         (4, 16, None), (8, 1, None)])
-def test_i8_kernel_matches_its_cpu_twin(G, page, tier):
-    """decode_stage1_i8 against the CPU backend in form (I):
-    a one-token request's lse is its logit (the integer sums and their fp32 combination, value for
-    value), every lse within fp32 noise, o by the flash-attention rule against an fp16 attention on
-    the same values, the certificate the twin's and sound against the float64 TV, at several split
-    counts (split invariance)."""
+@pytest.mark.parametrize("d,G,page,tier,pages", [
+    (128, 1, 16, "B", False), (128, 3, 16, "B", False), (128, 4, 1, "B", False), (128, 7, 16, "B", False),
+    (128, 8, 64, "B", False), (128, 4, 16, None, False), (128, 8, 1, None, False),
+    (128, 1, 16, "B", True), (128, 7, 16, "B", True), (128, 8, 16, "B", True),
+    (64, 1, 16, "B", False), (64, 8, 64, "B", False), (64, 4, 1, None, False), (64, 5, 16, "B", True),
+    (256, 2, 16, "B", False), (256, 8, 1, "B", False), (256, 7, 64, "B", False), (256, 3, 16, None, False)])
+def test_i8_kernel_matches_its_cpu_twin(d, G, page, tier, pages):
+    """decode_stage1_i8 against the CPU backend in form (I), at each head dim, with and without page
+    contributions: a one-token request's lse is its logit (the integer sums and their fp32
+    combination, value for value), every lse within fp32 noise, o by the flash-attention rule
+    against an fp16 attention on the same values, the certificate the twin's and sound against the
+    float64 TV, the page contributions the twin's (and the pages' lse_j summing to lse), at several
+    split counts (split invariance)."""
     import cupy as cp
 
     H = 2
     lengths = [1, 31, 33, 700, 0, 1500]
-    (pc, tc, _, _), (pg, tg, _, _) = _gpu_pools(G + page, lengths=lengths, H=H, d=D, page_size=page)
-    q = (np.random.default_rng(G).standard_normal((len(lengths), H * G, D)) * 1.5).astype(np.float32)
+    (pc, tc, _, _), (pg, tg, _, _) = _gpu_pools(G + page + d, lengths=lengths, H=H, d=d, page_size=page)
+    q = (np.random.default_rng(G).standard_normal((len(lengths), H * G, d)) * 1.5).astype(np.float32)
     ip, ix, ll = on_device(pg, tg)
     cert = None if tier is None else wc.CertConfig(tier=tier, num_layers=2, steps=8)
     with cpu_dot_order(certificate.FORM_I_ORDER):
         rc = wc.decode_attention(q, pc, layer=0, kv_indptr=tc[0], kv_indices=tc[1], kv_last_page_len=tc[2],
-                                 cert=cert, num_splits=3)
+                                 cert=cert, num_splits=3, page_contrib=pages)
     pt = page_table(pc, tc)
+    P = int(np.diff(tc[0]).max()) if pages else 0
     for ns in (1, 5, None):
-        plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, 1 / math.sqrt(D), cert, ns, stage1="i8")
+        plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns, stage1="i8", max_pages=P)
+        assert plan.stage1_template == f"decode_stage1_i8<{d}, {G}, {str(cert is not None).lower()}, " \
+                                       f"{str(pages).lower()}>"
         plan.launch()
         rg = plan.result()
         assert tuple(rg.dot_order) == certificate.FORM_I_ORDER
@@ -245,6 +260,17 @@ def test_i8_kernel_matches_its_cpu_twin(G, page, tier):
             assert np.all(rg.gamma[b].get() >= rc.gamma[b] * (1 - 1e-6))
             tv = reference.true_tv(q[b], rows["k_exact"], rows["k_hat"])
             assert np.all(tv <= rg.tv_bound[b].get())
+        if pages:
+            np.testing.assert_allclose(rg.page_contrib.get(), rc.page_contrib, rtol=2e-4, atol=1e-7)
+            plse = plan.page_lse.get().astype(np.float64)
+            for b, n in enumerate(lengths):
+                npg = -(-n // page)
+                assert np.all(np.isneginf(plse[b, :, npg:]))  # pages the request does not have
+                if n:
+                    tot = np.log(np.exp(plse[b, :, :npg] - lse_g[b][:, None]).sum(-1))  # Σ_j e^(lse_j) = e^lse
+                    np.testing.assert_allclose(tot, 0.0, atol=2e-5)
+        else:
+            assert rg.page_contrib is None
 
 
 @pytest.mark.gpu

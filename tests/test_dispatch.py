@@ -25,11 +25,16 @@ TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
     ({"exact_tier": True}, ("v2", False)),                        # every pool the gate accepts
     ({"exact_tier": True, "fp16_store": True, "bits": 0, "tier": TIER_A}, ("v1", False)),
     ({"exact_tier": True, "fp16_store": True, "bits": 0, "certified": False}, ("v1", False)),
-    ({"page_outputs": True}, ("v2", False)),                      # what the gate ranks by
+    ({"page_outputs": True}, ("i8", False)),                      # what the gate ranks by: form (I)
+    ({"page_outputs": True, "pairs": 4, "G": 1, "tokens": 512}, ("i8", False)),  # at any size
+    ({"page_outputs": True, "page_size": 1}, ("v2", False)),      # ... on 16-token pages
+    ({"page_outputs": True, "head_dim": 64}, ("i8", False)), ({"page_outputs": True, "head_dim": 256}, ("v1", False)),
     ({"page_outputs": True, "exact_tier": True, "page_size": 1}, ("v2", False)),
     ({"page_outputs": True, "page_size": 64}, ("v1", False)),     # pages longer than a tile
     ({"page_outputs": True, "certified": False}, ("v1", False)),
-    ({"head_dim": 64, "group_size": 32}, ("v1", True)), ({"head_dim": 256}, ("v1", True)),
+    ({"head_dim": 64}, ("i8", True)), ({"head_dim": 256}, ("i8", True)),  # other head dims: form (I)
+    ({"head_dim": 64, "pairs": 2, "G": 1, "tokens": 64}, ("i8", True)),
+    ({"head_dim": 96}, ("v1", True)), ({"head_dim": 64, "bits": 16}, ("v1", True)),
     ({"unroll": 4}, ("v1", True)),
     ({"group_size": 64}, ("v2", False)), ({"group_size": 16}, ("v2", False)),
     ({"fp16_store": True, "bits": 0, "certified": False}, ("f16", False)),
@@ -47,7 +52,8 @@ def test_a_forced_kernel_is_used_where_it_applies_and_refused_where_not():
     assert select_stage1(**BASE, requested="v2") == ("v2", True)
     assert select_stage1(**BASE, requested="i8") == ("i8", True)
     for change in ({"bits": 16}, {"tier": TIER_A}, {"outlier_channels": 4}, {"group_size": 64}, {"exact_tier": True},
-                   {"page_outputs": True}, {"head_dim": 64}):
+                   {"page_outputs": True, "page_size": 1}, {"page_outputs": True, "certified": False},
+                   {"page_outputs": True, "head_dim": 256}, {"head_dim": 96}, {"unroll": 4}):
         with pytest.raises(ValueError, match="decode_stage1_i8 serves"):
             select_stage1(**{**BASE, **change}, requested="i8")
     with pytest.raises(ValueError, match="decode_stage1_v2 serves"):

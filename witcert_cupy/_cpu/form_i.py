@@ -1,4 +1,4 @@
-"""The form-(I) logit (SPEC §6, docs/certificate.md §11): twin of ``cuda/decode_i8.cu``'s query split
+"""The form-(I) logit (SPEC §6, docs/certificate.md §11): twin of ``cuda/decode_i8.cuh``'s query split
 and integer products, digit for digit, so that the two backends' integer sums agree bit for bit.
 
 Per query head and scale group the query is scaled by a power of two ``2^S`` (its largest entry in
@@ -129,17 +129,25 @@ def group_sums(digits, codes_row, jp_row, c0, c1):
 @njit(cache=True)
 def logit2(digits, codes_row, jp_row, scales_row, group_size, w1, w2, cc, fm, p1, p2):
     """One token's logit in log2 units (twin of the kernel's K phase): per group
-    ``Z = fma(fl(256·R0 + R1), W1, fma(R2, W2, C))``; each half of the groups (a warp's) accumulated
-    in order by fma, the two halves added; then ``((half₀ + half₁)·Fm)·P1·P2``.
-    ``scales_row``: float32 ``[ng]``, ``ng`` even."""
+    ``Z = fma(fl(256·R0 + R1), W1, fma(R2, W2, C))``; each warp's 64 channels (two groups)
+    accumulated in order by fma, the warps' parts added pairwise (``p0 + p1``,
+    ``(p0 + p1) + (p2 + p3)``); then ``(Σ_w p_w·Fm)·P1·P2``.  ``scales_row``: float32 ``[ng]``."""
     ng = scales_row.shape[0]
-    total = np.float32(0.0)
-    for hf in range(2):
+    gpw = max(1, 64 // group_size)  # groups per warp
+    nw = (ng + gpw - 1) // gpw
+    parts = np.zeros(nw, np.float32)
+    for wi in range(nw):
+        w0 = wi * gpw
         inner = np.float32(0.0)
-        for gr in range(hf * ng // 2, (hf + 1) * ng // 2):
+        for gr in range(w0, min(w0 + gpw, ng)):
             r0, r1, r2 = group_sums(digits, codes_row, jp_row, gr * group_size, (gr + 1) * group_size)
             fy = np.float32(256 * r0 + r1)
             z = fma32(fy, w1[gr], fma32(np.float32(r2), w2[gr], cc[gr]))
-            inner = np.float32(scales_row[gr] * z) if gr == hf * ng // 2 else fma32(scales_row[gr], z, inner)
-        total = inner if hf == 0 else np.float32(total + inner)
-    return _ftz(np.float32(_ftz(np.float32(_ftz(np.float32(total * fm)) * p1)) * p2))
+            inner = np.float32(scales_row[gr] * z) if gr == w0 else fma32(scales_row[gr], z, inner)
+        parts[wi] = inner
+    span = 1
+    while span < nw:
+        for wi in range(0, nw - span, 2 * span):
+            parts[wi] = np.float32(parts[wi] + parts[wi + span])
+        span *= 2
+    return _ftz(np.float32(_ftz(np.float32(_ftz(np.float32(parts[0] * fm)) * p1)) * p2))

@@ -12,7 +12,7 @@ from ..types import DecodeResult
 from . import geometry as geo
 from .build import kernel
 from .capture import capture_epoch
-from .geometry import I8_THREADS, V2_PLAIN_GROUP_SIZE, V2_THREADS, V2_TILE, _resident_ctas, f16_pipes, f16_smem_bytes
+from .geometry import V2_PLAIN_GROUP_SIZE, V2_THREADS, V2_TILE, _resident_ctas, f16_pipes, f16_smem_bytes
 from .launch import _i32, _pdl, bind_merge, launch_query
 from .pdl import Launcher
 
@@ -36,8 +36,8 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
         The pool's tokens per page.
     G, pairs, tokens : int
         The step's query heads per kv head, (request, kv head) pairs and mean tokens per request: where
-        both serve, the form-(I) kernel is chosen where it measured faster than the staged tile
-        (``geometry.i8_serves``).
+        the staged tile's PLAIN layout also serves, the form-(I) kernel is chosen where it measured
+        faster (``geometry.i8_serves``); elsewhere it is chosen wherever it serves.
     unroll : int
         The general kernel's tokens per lane group (0: its default).
     tier : int
@@ -50,8 +50,9 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     Returns
     -------
     (str, bool)
-        ``'i8'`` (``decode_stage1_i8``: SPEC §6 form (I), INT8 pools in the PLAIN layout at 8-bit
-        dither), ``'f16'`` (``decode_stage1_f16``: fp16 stores), ``'v2'`` (``decode_stage1_v2``:
+        ``'i8'`` (``decode_stage1_i8``: SPEC §6 form (I), INT8 pools at 8-bit dither with 32-channel
+        groups, d 64, 128 or 256, Tier B or no certificate, no outlier channels or exact tier, and
+        page contributions on 16-token pages up to d = 128), ``'f16'`` (``decode_stage1_f16``: fp16 stores), ``'v2'`` (``decode_stage1_v2``:
         INT8 pools) or ``'v1'`` (``decode_stage1``, which serves everything), and whether the PLAIN
         layout (INT8, Tier B or no certificate, no outlier channels, 32-channel groups, no exact
         tier, no page contributions) applies.
@@ -75,11 +76,16 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     plain = (not fp16_store and outlier_channels == 0 and group_size == V2_PLAIN_GROUP_SIZE and not tier & 1
              and not exact_tier and not page_outputs)
     f16_ok = fp16_store and layout_ok and not exact_tier and not page_outputs and num_bands <= 64
-    # the form-(I) kernel (decode_i8.cu): PLAIN at 8-bit dither
-    i8_ok = plain and layout_ok and bits == 8
+    # the form-(I) kernel (decode_i8.cuh): 8-bit dither, 32-channel groups, no outlier channels,
+    # Tier-A term or exact tier; page contributions of a certified step on 16-token pages up to d = 128
+    i8_ok = (not fp16_store and bits == 8 and outlier_channels == 0 and group_size == V2_PLAIN_GROUP_SIZE
+             and not tier & 1 and not exact_tier and unroll == 0 and head_dim in geo.I8_HEAD_DIMS
+             and (not page_outputs or (certified and page_size == geo.I8_PAGES_PAGE_SIZE
+                                       and head_dim <= geo.I8_PAGES_MAX_D)))
     if requested == "i8" and not i8_ok:
-        raise ValueError("decode_stage1_i8 serves d=128 INT8 pools at 8-bit dither with 32-channel groups, no outlier "
-                         "channels, exact tier or page contributions, and Tier B or no certificate")
+        raise ValueError("decode_stage1_i8 serves INT8 pools at 8-bit dither with 32-channel groups and d 64, 128 or "
+                         "256, no outlier channels or exact tier, Tier B or no certificate, and page contributions "
+                         "of certified steps on 16-token pages up to d=128")
     if requested == "v2" and not v2_ok:
         raise ValueError("decode_stage1_v2 serves d=128 INT8 pools, and page contributions only of certified "
                          "steps on pages of at most 32 tokens")
@@ -89,7 +95,9 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
         return requested, plain
     if f16_ok:
         return "f16", plain
-    if i8_ok and geo.i8_serves(G, pairs, tokens):
+    # (where the staged tile's PLAIN layout does not serve, its general layout or the general kernel
+    # would: both slower than form (I) in every measured shape, docs/performance.md)
+    if i8_ok and (not (plain and layout_ok) or geo.i8_serves(G, pairs, tokens)):
         return "i8", plain
     if v2_ok:
         return "v2", plain
@@ -139,7 +147,7 @@ class DecodePlan:
         sides = False  # decode_stage1_v2's PLAIN layout with the warps on the sides (below)
         split = False  # ... or on each row's channels
         npipe = f16_pipes() if stage1 == "f16" else 1  # splits per CTA
-        self.block1 = {"v2": V2_THREADS, "f16": 32 * npipe, "i8": I8_THREADS}.get(stage1, 128)
+        self.block1 = {"v2": V2_THREADS, "f16": 32 * npipe, "i8": geo.i8_threads(d)}.get(stage1, 128)
         self.smem1 = 0  # dynamic shared memory of stage 1
         if stage1 == "f16":  # the certified instantiation keeps λ's sums; the other has none
             certified = "true" if cert is not None else "false"
@@ -148,9 +156,13 @@ class DecodePlan:
             self.smem1 = f16_smem_bytes(G, dev.num_bands, cert_mod.tier_code(cert) & 1)
             if self.smem1 > self.stage1.max_dynamic_shared_size_bytes:  # (beyond 48 KB: opt in)
                 self.stage1.max_dynamic_shared_size_bytes = self.smem1
-        elif stage1 == "i8":  # (G, certified)
-            self.stage1_template = f"decode_stage1_i8<{G}, {'true' if cert is not None else 'false'}>"
-            self.stage1 = kernel("decode_i8.cu", None, self.stage1_template)
+        elif stage1 == "i8":  # (head dim, G, certified, page contributions); one source file per head dim
+            c, pg = ("true" if cert is not None else "false"), ("true" if P > 0 else "false")
+            self.stage1_template = f"decode_stage1_i8<{d}, {G}, {c}, {pg}>"
+            self.stage1 = kernel(f"decode_i8_d{d}.cu", None, self.stage1_template)
+            self.smem1 = geo.i8_smem_bytes(d)
+            if self.smem1 > self.stage1.max_dynamic_shared_size_bytes:  # (beyond 48 KB: opt in)
+                self.stage1.max_dynamic_shared_size_bytes = self.smem1
         elif stage1 == "v2":  # the second template argument: dither bits
             # the third: the default layout as constants (no outlier channels, 32-channel groups, no
             # Tier-A term; decode_v2.cu), the same results in less code
@@ -174,7 +186,7 @@ class DecodePlan:
                 ns = ns - ns % npipe if ns >= npipe else ns
             elif stage1 == "v2":
                 ns = dev.v2_num_splits(B, resident, tokens)
-            elif stage1 == "i8":  # one wave of its one-warp CTAs, splits of at least one tile
+            elif stage1 == "i8":  # one wave of its CTAs, splits of at least one tile
                 ns = dev.default_num_splits(B, resident, max_splits=geo.I8_MAX_SPLITS, tokens=tokens,
                                             min_tokens=geo.I8_MIN_TOKENS)
             else:
@@ -212,11 +224,12 @@ class DecodePlan:
                           _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)), np.float32(sm_scale),
                           np.float32(gex))
         elif self.kernel_name == "i8":
+            pages = (self.page_lse, self.page_lam) if P > 0 else (np.uint64(0), np.uint64(0))
             self.args1 = (self.q, data, scales, self.ip, self.ix, self.ll, self.o_part, self.lse_part, self.lam_part,
-                          self.cmax_part, self.gam_part, np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer),
-                          _i32(p.kv_head_offset), _i32(int(math.log2(p.page_size))), _i32(p.num_pages),
-                          _i32(self.ix.shape[0]), _i32(ns), np.uint32(k0), np.uint32(k1), np.float32(sm_scale),
-                          np.float32(logb), np.float32(beta), cert_mod.form_i_gamma())
+                          self.cmax_part, self.gam_part, *pages, np.int64(p.num_slots), _i32(p.num_kv_heads),
+                          _i32(layer), _i32(p.kv_head_offset), _i32(int(math.log2(p.page_size))), _i32(p.num_pages),
+                          _i32(self.ix.shape[0]), _i32(ns), _i32(P), np.uint32(k0), np.uint32(k1),
+                          np.float32(sm_scale), np.float32(logb), np.float32(beta), cert_mod.form_i_gamma())
         elif self.kernel_name == "v2":
             tier, tier_dims = self._exact_tier(layer)
             pages = (self.page_lse, self.page_lam) if P > 0 else (np.uint64(0), np.uint64(0))

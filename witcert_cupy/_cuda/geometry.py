@@ -94,11 +94,15 @@ def stage1_dot_height(kernel: str, head_dim: int, G: int, *, split: bool, plain:
     return sum_height(head_dim, *stage1_dot_order(kernel, head_dim, G, split=split, plain=plain))
 
 
-# decode_stage1_i8 (cuda/decode_i8.cu): two warps per CTA (I8_THREADS, the kernel's I8_THREADS:
-# tests/test_cuda_compile.py checks the two agree); its default split count fills one wave of its
-# resident CTAs with splits of at least one 32-token tile, at most I8_MAX_SPLITS (decode_merge's
-# prefetch holds 128)
-I8_THREADS = 64
+# decode_stage1_i8 (cuda/decode_i8.cuh): one warp per I8_WARP_CH channels (the kernel's I8_WARP_CH:
+# tests/test_cuda_compile.py checks the two agree), head dims I8_HEAD_DIMS, page contributions on
+# pages of I8_PAGES_PAGE_SIZE tokens up to I8_PAGES_MAX_D (a warp's certified blocks are whole
+# pages); its default split count fills one wave of its resident CTAs with splits of at least one
+# 32-token tile, at most I8_MAX_SPLITS (decode_merge's prefetch holds 128)
+I8_WARP_CH = 64
+I8_HEAD_DIMS = (64, 128, 256)
+I8_PAGES_PAGE_SIZE = 16
+I8_PAGES_MAX_D = 128
 I8_MAX_SPLITS = 128
 I8_MIN_TOKENS = 32
 # ... and the library picks it where it beat the staged tile (bench/decode.py --shapes, one process per
@@ -112,6 +116,23 @@ I8_MIN_PAIRS = 16
 I8_MIN_G = 3
 I8_WIDE_G = 7  # from here at any context; below it from I8_LONG_TOKENS tokens per request
 I8_LONG_TOKENS = 16384
+
+
+def i8_threads(head_dim):
+    """Threads per CTA of decode_stage1_i8 at ``head_dim``: a warp per 64 channels."""
+    return 32 * (head_dim // I8_WARP_CH)
+
+
+def i8_smem_bytes(head_dim):
+    """decode_stage1_i8's dynamic shared memory in bytes at ``head_dim``: ``sizeof(I8Smem<D>)`` of
+    cuda/decode_i8.cuh (the kernel traps when launched with less).  Per warp two buffers of staged
+    K and V rows (64 bytes each, 32 tokens) and one tile of dither fields per side, K scales of every
+    group and V scales of its two per token and buffer, and the partial logits of 8 heads per buffer;
+    per head and group the constants (16 bytes) and the query digits (24 bytes); the λ exchange of
+    the warps after the first."""
+    nw, ng = head_dim // I8_WARP_CH, head_dim // 32
+    per_warp = 2 * 2 * 32 * 64 + 2 * 32 * 64 + 2 * 32 * ng * 2 + 2 * 32 * 2 * 2 + 2 * 8 * 32 * 4
+    return nw * per_warp + 8 * ng * (16 + 4 * 16 + 4 * 8) + max(nw - 1, 1) * 32 * 3 * 4
 
 
 def i8_serves(G, pairs, tokens):

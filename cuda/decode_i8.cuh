@@ -1,0 +1,660 @@
+// decode_i8.cuh — stage 1 of the split-KV decode in SPEC §6's form (I): the logits as exact integer
+// tensor-core products of the stored code and dither bytes with a three-digit integer split of the
+// power-of-two-scaled query, the values as integer products of the same bytes with three digits of
+// p̃·s.  INT8 pools at d = 64, 128 or 256, 8-bit dither, scale groups of 32, Tier B (or no
+// certificate), per-page contributions (pages of 16 tokens, d ≤ 128), no outlier channels, Tier-A
+// term or exact tier.  One file per head dim instantiates it (decode_i8_d64.cu, ...: the
+// compiles stay short).
+//
+// decode_stage1_i8<D, G, CERT, PAGES>: grid (num_splits, Hkv, B), D / 64 warps per CTA serving the
+// kv head's G ≤ 8 query heads over its split, 32-token tiles through a two-deep cp.async pipeline per
+// warp.  Warp w owns channels [64w, 64w + 64) (scale groups 2w, 2w + 1) of every K and V row; lane
+// 4g + t ("thread (g, t)") owns query head g (rows g ≥ G compute on zeros) and, within a tile, the
+// tokens τ(n, i) = 8n + 2t + i (n < 4, i < 2).  Per tile:
+//   1. lane = token: the warp's 8 Philox calls (its 4 chunks × K, V), the fields stored as
+//      j' = 255 − j into the warp's dither tiles beside its staged rows;
+//   2. K: per 8 tokens and scale group, four m16n8k32 products (rows g: head g, g + 8: its second
+//      partial sum; columns: tokens; k: the group's 32 channels, ldmatrix fragments)
+//        R0 = Σ a0·k,  R1 = Σ a1·k + Σ a0·j',  R2 = Σ a2·k + Σ a1·j'      (s32, exact)
+//      so that Σ_c Q_c·(512k_c + 2j'_c − 255) = 2^25 R0 + 2^17 R1 + 2^9 R2 − 255·ΣQ + 2·Σ a2·j';
+//      then in fp32 Z = fma(fl(256·R0 + R1), W1, fma(R2, W1/256, C)) per group, the warp's two
+//      groups' Σ s_g Z_g into shared memory, one CTA barrier, and ℓ̃ = ((Σ_w part_w)·Fm)·P1·P2
+//      (the warps' parts added pairwise) in log2 units in every warp (docs/certificate.md §11 bounds every difference from sm·q·x̂ in the
+//      β-shaped coefficient the certificate adds);
+//   3. the online softmax of head g over its 8 tokens (quad reductions; every warp), Tier B's c_t
+//      and λ of the warp's 8-token blocks (4 / (D / 64) of them), and with PAGES each of its pages'
+//      lse_j and λ_j;
+//   4. V over the warp's two groups: P' = p̃·s_g per token and group as Y = rint(P'·σ), σ = 63·2^16
+//      over the tile's largest P' of the head and group, in three digits (b0 ∈ [0, 63], b1, b2
+//      signed bytes), and per 16 channels four m16n8k32 products over the 32 tokens
+//      (ldmatrix.trans, the bytes regrouped by prmt) give R0 = Σ b0·k, R1 = Σ b1·k + Σ b0·j',
+//      R2 = Σ b2·k + Σ b1·j' exactly; o += (2^8·(256·R0 + R1) + R2)/σ, and −(255/512)·ΣP' per
+//      group at the end.
+// The values are held to SPEC §9's flash-attention rule (V does not enter the certificate); the
+// weights they apply are p̃ to 22 bits of each tile's largest, so both readings of p̃ (SPEC §5)
+// agree within fp32 resolution.
+// Why (docs/performance.md): the form-(F) read path's floor (fp32 dequantization, dot products and
+// V accumulation) is 1.16–1.42× SDPA; here no element is converted or multiplied in fp32.  Warps on
+// 64-channel slices rather than one on whole rows: fewer registers and less shared memory per warp
+// (168 registers, 12 warps per SM at every D) and a shorter chain per warp per tile, for one barrier
+// per tile.
+// Never reads out of bounds: page ids outside the pool, an inconsistent kv_indptr or a bad
+// last-page length poison the split (NaN output, infinite certificate); a token past the split's
+// end stages zeros.  A head whose query is not finite, or whose logit is not, is poisoned alone; a
+// non-finite V scale in the split makes every head's output NaN and certificate infinite (SPEC §3.6).
+#pragma once
+#include "common.cuh"
+#include "philox.cuh"
+#include "cp_async.cuh"
+#include "griddep.cuh"
+#include "certificate.cuh"
+#include "tc_operands.cuh"
+#include "decode_i8_geometry.cuh"
+
+// Staged rows are the warp's 64-channel slices, 64 bytes a row, each row's four 16-byte chunks
+// swizzled (chunk c of row r at c ^ ((r >> 1) & 3)) so that ldmatrix's eight rows of one chunk, a
+// quarter-warp's 16-byte stores to eight rows and the copies of two rows fall on distinct banks.
+WC_D int i8_off(int row, int chunk) { return row * I8_WARP_CH + ((chunk ^ ((row >> 1) & 3)) << 4); }
+
+
+// byte k of each of four words into one word, a's first
+WC_D u32 i8_pack4(u32 a, u32 b, u32 c, u32 d, int k) {
+    const u32 sel = (u32)k | ((u32)(k + 4) << 4);
+    return prmt(prmt(a, b, sel), prmt(c, d, sel), 0x5410u);
+}
+
+// NG fp16 K scales of one token (2·NG bytes, 16-byte aligned rows) as 32-bit words
+template <int NG>
+WC_D void i8_scale_words(const u16* p, u32 (&w)[NG / 2]) {
+    if constexpr (NG == 2) {
+        w[0] = *reinterpret_cast<const u32*>(p);
+    } else if constexpr (NG == 4) {
+        const uint2 x = *reinterpret_cast<const uint2*>(p);
+        w[0] = x.x, w[1] = x.y;
+    } else {
+        static_assert(NG == 8, "2, 4 or 8 scale groups");
+        const uint4 x = *reinterpret_cast<const uint4*>(p);
+        w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
+    }
+}
+
+// ... and their asynchronous copy into shared memory (zeros for an invalid row)
+template <int NG>
+WC_D void i8_copy_scales(u16* dst, const u16* src, bool v) {
+    if constexpr (NG == 2) cp_async4_zfill(dst, src, v);
+    else if constexpr (NG == 4) cp_async8_zfill(dst, src, v);
+    else cp_async16_zfill(dst, src, v);
+}
+
+// Tier B's (a1, a2) of one head and group, read per token: at 8 groups the loop-invariant pairs
+// ptxas would hoist out of the tile loop (16 registers) push it past its 168, so there the read is
+// volatile (one 8-byte shared load per group and token)
+template <bool VOLATILE>
+WC_D float2 i8_coef_pair(const float* p) {
+    if constexpr (!VOLATILE) {
+        return *reinterpret_cast<const float2*>(p);
+    } else {
+        float2 r;
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(r.x), "=f"(r.y) : "r"(smem_addr(p)));
+        return r;
+    }
+}
+
+WC_D u32 dynamic_smem_bytes() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+    return r;
+}
+
+template <int D, int G, bool CERT, bool PAGES>
+__global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WARPS_PER_SM) * I8_WARP_CH / D) decode_stage1_i8(
+    const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
+    const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices, const int* __restrict__ kv_last_page_len,
+    float* __restrict__ o_part, float* __restrict__ lse_part, float* __restrict__ lam_part,
+    float* __restrict__ cmax_part, float* __restrict__ gam_part, float* __restrict__ page_lse,
+    float* __restrict__ page_lam, i64 N, int H, int layer, int head_base, int page_shift, int num_pages, int nnz,
+    int num_splits, int max_pages, u32 k0, u32 k1, float sm, float log_budget, float beta_steps, float gamma_eval) {
+    static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
+    static_assert(G >= 1 && G <= 8, "G: 1 to 8 query heads per kv head");
+    static_assert(CERT || !PAGES, "page contributions are a certified step's");
+    constexpr int NW = D / I8_WARP_CH, NG = D / 32, THREADS = 32 * NW;
+    constexpr int NBW = 4 / NW;  // 8-token blocks per warp of the certificate's work
+    // (a warp's certificate blocks are whole 16-token pages up to d = 128)
+    static_assert(!PAGES || NBW % 2 == 0, "page contributions at d <= 128");
+    using Smem = I8Smem<D>;
+    using Setup = I8Setup<D>;
+    static_assert(sizeof(Setup) <= sizeof(((Smem*)0)->dith), "the set-up lives in the dither tiles");
+    extern __shared__ __align__(16) unsigned char i8_smem[];
+    Smem& sh = *reinterpret_cast<Smem*>(i8_smem);
+    Setup& su = *reinterpret_cast<Setup*>(&sh.dith[0][0][0]);
+    // a launch-layer bug, never a result: too little shared memory, pages other than 16 tokens
+    if (dynamic_smem_bytes() < sizeof(Smem) || (PAGES && page_shift != 4)) __trap();
+
+    griddep_wait();  // before the first global access (griddep.cuh)
+    const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int Hq = H * G;
+    // the query rows first: their round trip overlaps the page table's
+    float qr[G * D / THREADS];
+#pragma unroll
+    for (int i = 0; i < G * D / THREADS; ++i) {
+        const int idx = tid + THREADS * i;
+        qr[i] = q[((i64)b * Hq + h * G + idx / D) * D + idx % D];
+    }
+    const RequestPages rp = request_pages(kv_indptr, kv_last_page_len, b, nnz, page_shift);
+    bool poisoned = rp.poisoned;
+    const SplitTokens st = split_tokens(rp, s, num_splits, page_shift);
+    const i64 ta = st.ta, tb = st.tb;
+    const u32 ctr2 = dither_ctr2(layer, h + head_base);
+    const i64 rowk = pool_row(layer, 0, H, h, N), rowv = pool_row(layer, 1, H, h, N);
+
+    // ---- the tile pipeline's loads, per warp: lane = token; four lanes copy one half row's 64 code
+    // bytes per side (lane & 3 = its 16-byte piece, the row's slot by shuffle), each lane its own
+    // row's K scales and its half's V scales; rows past the split's end or on a bad page land as zeros
+    auto page_of = [&](i64 t0n) { return tile_page(kv_indices, rp.p0, t0n, tb, lane, page_shift); };
+    auto slot_at = [&](i64 t0n, int page) { return tile_slot(t0n, tb, lane, page, page_shift, num_pages, poisoned); };
+    auto stage = [&](int buf, i64 sl_) {
+        const bool v = sl_ >= 0;
+        const u32 slot = v ? (u32)sl_ : 0u;
+        const u32 vm = __ballot_sync(0xffffffffu, v);
+#pragma unroll
+        for (int i = 0; i < I8_TILE / 8; ++i) {
+            const int r = 8 * i + (lane >> 2);
+            const u32 sr = __shfl_sync(0xffffffffu, slot, r);
+            const bool vr = (vm >> r) & 1u;
+            const int so = i8_off(r, lane & 3);
+            const i64 co = (i64)sr * D + I8_WARP_CH * w + 16 * (lane & 3);
+            cp_async16_zfill(&sh.codes[buf][w][0][so], codes + rowk * D + co, vr);
+            cp_async16_zfill(&sh.codes[buf][w][1][so], codes + rowv * D + co, vr);
+        }
+        i8_copy_scales<NG>(&sh.ks[buf][w][lane][0], scales + (rowk + slot) * NG, v);
+        cp_async4_zfill(&sh.vs[buf][w][lane][0], scales + (rowv + slot) * NG + 2 * w, v);
+        cp_async_commit();
+    };
+    int pg = 0;
+    i64 sl = -1;
+    if (ta < tb) {
+        pg = page_of(ta);
+        sl = slot_at(ta, pg);
+        stage(0, sl);  // the first tile's rows load during the set-up
+        pg = page_of(ta + I8_TILE);
+    }
+
+    // ---- set-up, warp 0's lane (g, γ = t): head g's group γ
+#pragma unroll
+    for (int i = 0; i < G * D / THREADS; ++i) {
+        const int idx = tid + THREADS * i;
+        su.q[idx / D][idx % D] = qr[i];
+    }
+    __syncthreads();
+    const SmSplit smx = sm_split(sm);
+    // (K1, K2: c_t in log2 units with its slack, docs/certificate.md §6)
+    const float K1 = __fmul_ru((float)WC_C_EVAL_SLACK, WC_LOG2E_UP), K2 = __fmul_ru(K1, K1);
+    const float log_term = log_budget + logf((float)max(rp.S, (i64)1));
+    if (w == 0) {  // warp 0's lane (g, t): head g's groups t, t + 4 (those below NG)
+        constexpr int NGL = (NG + 3) / 4;
+        const int ENONE = -100000;  // a zero group
+        bool fin = g < G;
+        int e_own[NGL];
+        int eh = ENONE;
+#pragma unroll
+        for (int k = 0; k < NGL; ++k) {
+            const int gr = t + 4 * k;
+            e_own[k] = ENONE;
+            if (gr >= NG) continue;
+            const float* qg = &su.q[g < G ? g : 0][32 * gr];
+            float mx = 0.0f;
+            for (int i = 0; i < 32; ++i) {  // (rotated by lane: the quad's reads fall on distinct banks)
+                const float v = qg[(i + lane) & 31];
+                fin = fin && fabsf(v) <= WC_F32_MAX;
+                mx = fmaxf(mx, fabsf(v));
+            }
+            if (g >= G) mx = 0.0f;
+            int eg;
+            frexpf(mx, &eg);
+            e_own[k] = (mx > 0.0f && fin) ? eg : ENONE;
+            eh = max(eh, e_own[k]);
+        }
+        eh = max(eh, __shfl_xor_sync(0xffffffffu, eh, 1));
+        eh = max(eh, __shfl_xor_sync(0xffffffffu, eh, 2));
+        int fq = (int)fin;  // the head's whole query is finite
+        fq &= __shfl_xor_sync(0xffffffffu, fq, 1);
+        fq &= __shfl_xor_sync(0xffffffffu, fq, 2);
+        const bool hfin = fq != 0;
+        if (eh == ENONE) eh = 0;  // an all-zero query: every digit 0
+        float csq = 0.0f, rq = 0.0f;
+        int cinf = 0;
+#pragma unroll 1
+        for (int k = 0; k < NGL; ++k) {
+            const int gr = t + 4 * k;
+            if (gr >= NG) break;
+            const float* qg = &su.q[g < G ? g : 0][32 * gr];
+            const int eo = k == 0 ? e_own[0] : e_own[NGL - 1];  // (NGL <= 2; not indexed: no stack)
+            const int delta = eo == ENONE ? 0 : min(eh - eo, WC_FORM_I_MAX_GROUP_SHIFT);
+            const int S = WC_FORM_I_QUERY_BITS - eh + delta;
+            // the split: Q = rint(q·2^S) = 2^16 a0 + 2^8 a1 + a2, r = q·2^S − Q (both exact)
+            int sumQ = 0, sa0 = 0, sa1 = 0, sa2 = 0;
+            double sr = 0.0;
+#pragma unroll 1
+            for (int wi = 0; wi < 8; ++wi) {
+                u32 wd[3] = {0u, 0u, 0u};
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const float qs = hfin ? ldexpf(qg[4 * wi + c], S) : 0.0f;
+                    const float qf = rintf(qs);
+                    const int Q = (int)qf;
+                    sr = __dadd_ru(sr, (double)fabsf(qs - qf));
+                    const int a2 = ((Q + 128) & 255) - 128;
+                    const int q1 = (Q - a2) >> 8;
+                    const int a1 = ((q1 + 128) & 255) - 128;
+                    const int a0 = (q1 - a1) >> 8;
+                    sumQ += Q;
+                    sa0 += abs(a0), sa1 += abs(a1), sa2 += abs(a2);
+                    wd[0] |= ((u32)a0 & 0xFFu) << (8 * c);
+                    wd[1] |= ((u32)a1 & 0xFFu) << (8 * c);
+                    wd[2] |= ((u32)a2 & 0xFFu) << (8 * c);
+                }
+#pragma unroll
+                for (int dd = 0; dd < 3; ++dd) su.dig[dd][g][8 * gr + wi] = wd[dd];
+            }
+            // the evaluation term per unit of the token's scale (docs/certificate.md §11):
+            // sm·2^(−9−S)·(65279·Σ|r| + 510·Σ|a2| + γ_n·(2^17·Σ(32767|a0| + 127|a1|) + 2^9·Σ(127|a2| +
+            // 255|a1|) + 255·|ΣQ|)), every step rounded up
+            double x = __dadd_ru(__dmul_ru((double)WC_FORM_I_RESIDUAL_BOUND, sr),
+                                 (double)WC_FORM_I_DROPPED_BOUND * sa2);
+            const double terms = 131072.0 * (32767.0 * sa0 + 127.0 * sa1) + 512.0 * (127.0 * sa2 + 255.0 * sa1) +
+                                 255.0 * fabs((double)sumQ);  // (integers below 2^53: exact)
+            x = __dadd_ru(x, __dmul_ru((double)gamma_eval, terms));
+            const float gq = hfin ? coef_up(__double2float_ru(__dmul_ru((double)smx.m, x)), smx.e - 9 - S,
+                                            WC_COEF_FLOOR_1)
+                                  : 0.0f;
+            // Tier B's coefficients on the group's normalized query (certificate.cuh)
+            float b2 = 0.0f, b1 = 0.0f;
+            if (CERT && hfin) {
+                float q1, q2;
+                int en;
+                normalized_sums(qg, 32, [](int i) { return i; }, [](int) { return false; }, q1, q2, en);
+                group_coefficients(smx, q1, q2, en, log_term, beta_steps, b2, b1);
+            }
+            float a2c = __fmul_ru(b2, K2), a1c = __fmul_ru(__fadd_ru(b1, gq), K1);
+            if (!(a2c <= WC_F32_MAX && a1c <= WC_F32_MAX)) cinf = 1, a2c = a1c = 0.0f;
+            // Γ ≤ ρ·cmax (docs/certificate.md §10.4): ρ = min(sqrt(Σ_g gq²/b2)·slack, max_g gq/(b1 + gq))
+            float cs = gq == 0.0f || b2 == 0.0f ? 0.0f : __fdiv_ru(__fmul_ru(gq, gq), b2);
+            if (gq != 0.0f && b2 == 0.0f) cs = INFINITY;
+            csq = __fadd_ru(csq, cs);
+            rq = fmaxf(rq, gq == 0.0f ? 0.0f : __fdiv_ru(gq, __fadd_rd(b1, gq)));
+            sh.cf[g][gr] =
+                make_float4(ldexpf(1.0f, 17 - delta), (float)ldexp(-255.0 * (double)sumQ, -delta), a1c, a2c);
+        }
+        csq = __fadd_ru(csq, __shfl_xor_sync(0xffffffffu, csq, 1));
+        csq = __fadd_ru(csq, __shfl_xor_sync(0xffffffffu, csq, 2));
+        rq = fmaxf(rq, __shfl_xor_sync(0xffffffffu, rq, 1));
+        rq = fmaxf(rq, __shfl_xor_sync(0xffffffffu, rq, 2));
+        cinf |= __shfl_xor_sync(0xffffffffu, cinf, 1);
+        cinf |= __shfl_xor_sync(0xffffffffu, cinf, 2);
+        if (t == 0) {
+            const int E = smx.e + eh - 31;
+            const int E1 = min(max(E, -126), 127), E2 = E - E1;
+            float* hd = su.head[g];
+            hd[0] = __fmul_rn(smx.m, WC_LOG2E);
+            hd[1] = ldexpf(1.0f, E1);
+            hd[2] = E2 >= -126 ? ldexpf(1.0f, E2) : 0.0f;
+            hd[3] = fminf(__fmul_ru(__fsqrt_ru(csq), (float)WC_C_EVAL_SLACK), rq);
+            su.flags[g] = (hfin ? 0 : 1) | (cinf ? 2 : 0);
+        }
+    }
+    __syncthreads();
+    // head g's digits as A fragments in shared memory, its constants in registers
+    if (w == 0) {
+#pragma unroll
+        for (int gr = 0; gr < NG; ++gr) {
+            const int lo = 8 * gr + t, hi = 8 * gr + 4 + t;
+            sh.qd01[gr][g][t] = make_uint4(su.dig[0][g][lo], su.dig[1][g][lo], su.dig[0][g][hi], su.dig[1][g][hi]);
+            sh.qd2[gr][g][t] = make_uint2(su.dig[2][g][lo], su.dig[2][g][hi]);
+        }
+    }
+    // (rows g >= G: zero digits, flagged as not finite, never stored)
+    const float Fm = su.head[g][0], P1 = su.head[g][1], P2 = su.head[g][2], rho = su.head[g][3];
+    const int hflags = su.flags[g];
+    __syncthreads();  // the set-up's space is the dither tiles from here on
+
+    // ---- per-thread state of head g: the softmax (m, l: l over the thread's tokens, m the quad's,
+    // the same in every warp), o for channels 64w + 16cb + 4t .. + 3 (cb < 4) before the division
+    // by l, Σ P' per group of the warp over the thread's tokens, λ's running maximum and sum over the
+    // thread's certified tokens (warp w: 8-token blocks NBW·w .. NBW·w + NBW − 1), cmax (log2 units)
+    float m = -INFINITY, l = 0.0f, m2 = -INFINITY, l2 = 0.0f, cmx = (hflags & 2) ? INFINITY : 0.0f;
+    float o[4][4], cs[2];
+#pragma unroll
+    for (int cb = 0; cb < 4; ++cb) o[cb][0] = o[cb][1] = o[cb][2] = o[cb][3] = 0.0f;
+    cs[0] = cs[1] = 0.0f;
+    bool hbad = false, vbad = false;
+    const int zero4[4] = {0, 0, 0, 0};
+
+    int it = 0;
+    for (i64 t0 = ta; t0 < tb; t0 += I8_TILE, ++it) {
+        const int buf = it & 1;
+        const bool valid = sl >= 0;
+        const u32 slot = valid ? (u32)sl : 0u;
+        const u32 vm = __ballot_sync(0xffffffffu, valid);
+        // the next tile's rows start loading now (the warp's buffer they land in was last read by
+        // its previous tile, which every lane finished before the closing __syncwarp)
+        const i64 sln = slot_at(t0 + I8_TILE, pg);
+        if (t0 + I8_TILE < tb) stage(buf ^ 1, sln);
+        else cp_async_commit();  // (an empty group keeps the wait below uniform)
+        pg = page_of(t0 + 2 * I8_TILE);
+        // 1. this tile's dither fields of the warp's channels, j' = 255 − j
+#pragma unroll
+        for (int sd = 0; sd < 2; ++sd)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const u32x4 x = philox10(slot, dither_ctr1(sd, 4 * w + c), ctr2, 0u, k0, k1);
+                *reinterpret_cast<uint4*>(&sh.dith[w][sd][i8_off(lane, c)]) = make_uint4(~x.x, ~x.y, ~x.z, ~x.w);
+            }
+        cp_async_wait_group<1>();
+        __syncwarp();
+        // 2. K: the warp's partial logits Σ s_g Z_g over its two groups (two 8-token blocks at a
+        // time: with all four in flight ptxas holds every block's fragments at once)
+#pragma unroll 2
+        for (int n = 0; n < 4; ++n) {
+            u32 kc[4], kd[4];
+            const int so = i8_off(8 * n + (lane & 7), lane >> 3);
+            ldsm_x4(kc, &sh.codes[buf][w][0][so]);
+            ldsm_x4(kd, &sh.dith[w][0][so]);
+            float inner[2];
+#pragma unroll
+            for (int gg = 0; gg < 2; ++gg) {
+                const int gr = 2 * w + gg;
+                // a0, a1 (low k, rows g and g + 8), a0, a1 (high k); a2 low, high
+                const uint4 a01 = sh.qd01[gr][g][t];
+                const uint2 a2 = sh.qd2[gr][g][t];
+                const float4 cq = sh.cf[g][gr];
+                int c01[4], c2[4];
+                imma_k32<false>(c01, a01.x, a01.y, a01.z, a01.w, kc[2 * gg], kc[2 * gg + 1], zero4);
+                imma_k32<true>(c01, 0u, a01.x, 0u, a01.z, kd[2 * gg], kd[2 * gg + 1], c01);
+                imma_k32<false>(c2, a2.x, 0u, a2.y, 0u, kc[2 * gg], kc[2 * gg + 1], zero4);
+                imma_k32<true>(c2, a01.y, 0u, a01.w, 0u, kd[2 * gg], kd[2 * gg + 1], c2);
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    // Z = fma(fl(256·R0 + R1), W1, fma(R2, W1/256, C)) (W1 a power of two)
+                    const float fy = __int2float_rn((c01[i] << 8) + c01[2 + i]);
+                    const float z = __fmaf_rn(fy, cq.x, __fmaf_rn(__int2float_rn(c2[i]), cq.x * 0.00390625f, cq.y));
+                    const float sg = f16_to_f32(sh.ks[buf][w][8 * n + 2 * t + i][gr]);
+                    inner[i] = gg == 0 ? __fmul_rn(sg, z) : __fmaf_rn(sg, z, inner[i]);
+                }
+            }
+            *reinterpret_cast<float2*>(&sh.xp[buf][w][g][8 * n + 2 * t]) = make_float2(inner[0], inner[1]);
+        }
+        __syncthreads();  // every warp's partial logits
+        // ℓ̃ = ((Σ_w part_w)·Fm)·P1·P2 with the warps' parts added pairwise (part₀ + part₁, and
+        // (part₀ + part₁) + (part₂ + part₃) at d = 256: at most two roundings, which the evaluation
+        // term counts, docs/certificate.md §11), log2 units (the same in every warp)
+        float lt[4][2];
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+            float2 pw[NW];
+#pragma unroll
+            for (int ww = 0; ww < NW; ++ww) pw[ww] = *reinterpret_cast<const float2*>(&sh.xp[buf][ww][g][8 * n + 2 * t]);
+#pragma unroll
+            for (int span = 1; span < NW; span *= 2)
+#pragma unroll
+                for (int ww = 0; ww + span < NW; ww += 2 * span)
+                    pw[ww].x = __fadd_rn(pw[ww].x, pw[ww + span].x), pw[ww].y = __fadd_rn(pw[ww].y, pw[ww + span].y);
+            lt[n][0] = __fmul_rn(__fmul_rn(__fmul_rn(pw[0].x, Fm), P1), P2);
+            lt[n][1] = __fmul_rn(__fmul_rn(__fmul_rn(pw[0].y, Fm), P1), P2);
+        }
+        // 3. the online softmax over the tile (head g: the quad's 32 tokens)
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const bool v = (vm >> (8 * n + 2 * t + i)) & 1u;
+                if (v && !is_finite32(lt[n][i])) hbad = true;
+                if (v) mx = fmaxf(mx, lt[n][i]);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mn = fmaxf(m, mx);
+        const bool live = mn != -INFINITY;
+        const float alpha = live ? exp2f(m - mn) : 1.0f;
+        m = mn;
+        float p[4][2];
+        float psum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const bool v = (vm >> (8 * n + 2 * t + i)) & 1u;
+                p[n][i] = live && v ? exp2f(lt[n][i] - mn) : 0.0f;
+                psum += p[n][i];
+            }
+        l = __fmaf_rn(l, alpha, psum);
+        if constexpr (CERT) {  // Tier B's c_t (log2 units, with the slack), cmax and λ's sum: the
+            // warp's NBW 8-token blocks, at most two (one 16-token page) under each new maximum
+            constexpr int NB = NBW < 2 ? NBW : 2;
+#pragma unroll
+            for (int pp = 0; pp < NBW / NB; ++pp) {
+                float x[NB][2], lw[NB][2];
+                float mx2 = -INFINITY;
+#pragma unroll
+                for (int nn = 0; nn < NB; ++nn)
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        const int n = NBW * w + NB * pp + nn, tk = 8 * n + 2 * t + i;
+                        float u2 = 0.0f, be = 0.0f;
+#pragma unroll
+                        for (int gp = 0; gp < NG / 2; ++gp) {  // two groups a word; Tier B's a1, a2
+                            const u32 kw = *reinterpret_cast<const u32*>(&sh.ks[buf][w][tk][2 * gp]);
+#pragma unroll
+                            for (int hh = 0; hh < 2; ++hh) {
+                                const float2 cq = i8_coef_pair<NG == 8>(&sh.cf[g][2 * gp + hh].z);
+                                const float s1 = f16_to_f32((u16)(kw >> (16 * hh)));
+                                u2 += __fmul_rn(s1, s1) * cq.y;
+                                be += s1 * cq.x;
+                            }
+                        }
+                        float u;
+                        asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(u) : "f"(u2));
+                        const bool v = (vm >> tk) & 1u;
+                        const float c2 = u + be;
+                        if (v) cmx = fmaxf(cmx, c2);
+                        lw[nn][i] = lt[0][i];  // lt[n][i], n warp-dependent: selected, not indexed
+#pragma unroll
+                        for (int n2 = 1; n2 < 4; ++n2)
+                            if (n2 == n) lw[nn][i] = lt[n2][i];
+                        x[nn][i] = v ? lw[nn][i] + c2 : -INFINITY;
+                        mx2 = fmaxf(mx2, x[nn][i]);
+                    }
+                const float mn2 = fmaxf(m2, mx2);
+                if (mn2 != -INFINITY) {  // (an infinite c_t makes cmax infinite: the end reports λ = +inf)
+                    float add = 0.0f;
+#pragma unroll
+                    for (int nn = 0; nn < NB; ++nn) add += exp2f(x[nn][0] - mn2) + exp2f(x[nn][1] - mn2);
+                    l2 = __fmaf_rn(l2, exp2f(m2 - mn2), add);
+                    m2 = mn2;
+                }
+                if constexpr (PAGES) {  // this page's lse_j and λ_j over the quad's tokens,
+                    // natural-log units (SPEC §6; -inf for an empty sum, +inf for λ with an infinite
+                    // c_t or a head without a finite logit)
+                    static_assert(!PAGES || NB == 2, "a chunk is one page");
+                    float pmx = -INFINITY, pmx2 = -INFINITY;
+                    int pbad = 0;
+#pragma unroll
+                    for (int nn = 0; nn < NB; ++nn)
+#pragma unroll
+                        for (int i = 0; i < 2; ++i) {
+                            const bool v = (vm >> (8 * (NBW * w + NB * pp + nn) + 2 * t + i)) & 1u;
+                            if (v && !is_finite32(lw[nn][i])) pbad = 1;
+                            if (v) pmx = fmaxf(pmx, lw[nn][i]), pmx2 = fmaxf(pmx2, x[nn][i]);
+                        }
+                    pmx = fmaxf(pmx, __shfl_xor_sync(0xffffffffu, pmx, 1));
+                    pmx = fmaxf(pmx, __shfl_xor_sync(0xffffffffu, pmx, 2));
+                    pmx2 = fmaxf(pmx2, __shfl_xor_sync(0xffffffffu, pmx2, 1));
+                    pmx2 = fmaxf(pmx2, __shfl_xor_sync(0xffffffffu, pmx2, 2));
+                    float e = 0.0f, e2 = 0.0f;
+#pragma unroll
+                    for (int nn = 0; nn < NB; ++nn)
+#pragma unroll
+                        for (int i = 0; i < 2; ++i) {
+                            const bool v = (vm >> (8 * (NBW * w + NB * pp + nn) + 2 * t + i)) & 1u;
+                            if (v && is_finite32(lw[nn][i])) e += exp2f(lw[nn][i] - pmx), e2 += exp2f(x[nn][i] - pmx2);
+                        }
+#pragma unroll
+                    for (int off = 1; off <= 2; off <<= 1) {
+                        e += __shfl_xor_sync(0xffffffffu, e, off);
+                        e2 += __shfl_xor_sync(0xffffffffu, e2, off);
+                        pbad |= __shfl_xor_sync(0xffffffffu, pbad, off);
+                    }
+                    const int tp = (NBW * w + NB * pp) / 2;  // the tile's page
+                    const i64 pi = (t0 >> 4) + tp;
+                    if (t == 0 && g < G && ((vm >> (16 * tp)) & 1u) && pi < max_pages) {
+                        const i64 po = ((i64)b * Hq + h * G + g) * max_pages + pi;
+                        const bool qbad = hflags & 1;
+                        page_lse[po] = qbad || pmx == -INFINITY ? -INFINITY : pmx * WC_LN2 + logf(e);
+                        page_lam[po] = qbad || pbad || (hflags & 2) ? INFINITY
+                                                                    : (pmx2 == -INFINITY ? -INFINITY
+                                                                                         : pmx2 * WC_LN2 + logf(e2));
+                    }
+                }
+            }
+        }
+        // 4. V over the warp's two groups: P' = p̃·s per token and group, its digits, o += P'·V̂
+#pragma unroll
+        for (int cb = 0; cb < 4; ++cb) o[cb][0] *= alpha, o[cb][1] *= alpha, o[cb][2] *= alpha, o[cb][3] *= alpha;
+#pragma unroll
+        for (int gg = 0; gg < 2; ++gg) {
+            float pp[4][2];
+            float pm = 0.0f, ps = 0.0f;
+#pragma unroll
+            for (int n = 0; n < 4; ++n)
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const float sv = f16_to_f32(sh.vs[buf][w][8 * n + 2 * t + i][gg]);
+                    if (((vm >> (8 * n + 2 * t + i)) & 1u) && !is_finite32(sv)) vbad = true;
+                    pp[n][i] = __fmul_rn(p[n][i], sv);
+                    pm = fmaxf(pm, pp[n][i]);
+                    ps += pp[n][i];
+                }
+            cs[gg] = __fmaf_rn(cs[gg], alpha, ps);
+            pm = fmaxf(pm, __shfl_xor_sync(0xffffffffu, pm, 1));
+            pm = fmaxf(pm, __shfl_xor_sync(0xffffffffu, pm, 2));
+            // Y = rint(P'·σ) = 2^16 b0 + 2^8 b1 + b2 with σ = 63·2^16/max (Y < 2^22, so it is the low
+            // bits of y + 1.5·2^23 rounded to nearest): b2 is Y's low byte, b1 byte 1 of Y + 128, b0
+            // byte 2 of Y + 128 + 2^15 (balanced base-256 digits, b0 in [0, 63])
+            const bool pos = pm > 0.0f && pm <= WC_F32_MAX;
+            const float sig = pos ? __fdividef(4128768.0f, pm) : 0.0f;
+            const float vw1 = __fmul_rn(pm, 1.0f / 16128.0f), vw2 = __fmul_rn(pm, 1.0f / 4128768.0f);  // 2^8/σ, 1/σ
+            u32 y2[4][2], y1[4][2], y0[4][2];
+#pragma unroll
+            for (int n = 0; n < 4; ++n)
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const u32 tb_ = __float_as_uint(__fmaf_rn(pp[n][i], sig, 12582912.0f));
+                    const u32 u = tb_ - (0x4B400000u - 128u);
+                    y2[n][i] = tb_;
+                    y1[n][i] = u;
+                    y0[n][i] = u + 32768u;
+                }
+            // A fragments: rows g the digits b0 and b2, rows g + 8 b1, k = the tokens of V's B fragments
+            const u32 b0lo = i8_pack4(y0[0][0], y0[0][1], y0[1][0], y0[1][1], 2);
+            const u32 b0hi = i8_pack4(y0[2][0], y0[2][1], y0[3][0], y0[3][1], 2);
+            const u32 b1lo = i8_pack4(y1[0][0], y1[0][1], y1[1][0], y1[1][1], 1);
+            const u32 b1hi = i8_pack4(y1[2][0], y1[2][1], y1[3][0], y1[3][1], 1);
+            const u32 b2lo = i8_pack4(y2[0][0], y2[0][1], y2[1][0], y2[1][1], 0);
+            const u32 b2hi = i8_pack4(y2[2][0], y2[2][1], y2[3][0], y2[3][1], 0);
+#pragma unroll
+            for (int hb = 0; hb < 2; ++hb) {  // the warp's channels 16cb .. 16cb + 15, cb = 2·gg + hb
+                const int cb = 2 * gg + hb;
+                u32 vc[4], vd[4];
+                ldsm_x4_trans(vc, &sh.codes[buf][w][1][i8_off(lane, cb)]);
+                ldsm_x4_trans(vd, &sh.dith[w][1][i8_off(lane, cb)]);
+#pragma unroll
+                for (int odd = 0; odd < 2; ++odd) {  // channels 16cb + 2n' + odd, n' < 8
+                    const u32 sel = odd ? 0x7531u : 0x6420u;
+                    const u32 bk0 = prmt(vc[0], vc[1], sel), bk1 = prmt(vc[2], vc[3], sel);
+                    const u32 bj0 = prmt(vd[0], vd[1], sel), bj1 = prmt(vd[2], vd[3], sel);
+                    // R0 = Σ b0·k (rows g), R1 = Σ b1·k + Σ b0·j' (rows g + 8), R2 = Σ b2·k + Σ b1·j'
+                    int c[4], c2[4];
+                    imma_k32<false>(c, b0lo, b1lo, b0hi, b1hi, bk0, bk1, zero4);
+                    imma_k32<true>(c, 0u, b0lo, 0u, b0hi, bj0, bj1, c);
+                    imma_k32<false>(c2, b2lo, 0u, b2hi, 0u, bk0, bk1, zero4);
+                    imma_k32<true>(c2, b1lo, 0u, b1hi, 0u, bj0, bj1, c2);
+#pragma unroll
+                    for (int i = 0; i < 2; ++i)  // columns 2t + i: channels 16cb + 4t + 2i + odd
+                        o[cb][2 * i + odd] = __fmaf_rn(__int2float_rn((c[i] << 8) + c[2 + i]), vw1,
+                                                       __fmaf_rn(__int2float_rn(c2[i]), vw2, o[cb][2 * i + odd]));
+                }
+            }
+        }
+        sl = sln;
+        __syncwarp();  // every lane's reads of the warp's buffers of this tile are done
+    }
+    cp_async_wait_group<0>();
+
+    // ---- the quad's sums: l, ΣP', λ's (m2, l2) under one maximum, cmax; then the warps' λ
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+        l += __shfl_xor_sync(0xffffffffu, l, off);
+        cs[0] += __shfl_xor_sync(0xffffffffu, cs[0], off);
+        cs[1] += __shfl_xor_sync(0xffffffffu, cs[1], off);
+        cmx = fmaxf(cmx, __shfl_xor_sync(0xffffffffu, cmx, off));
+        hbad = __shfl_xor_sync(0xffffffffu, (int)hbad, off) || hbad;
+    }
+    float M2 = m2;
+    M2 = fmaxf(M2, __shfl_xor_sync(0xffffffffu, M2, 1));
+    M2 = fmaxf(M2, __shfl_xor_sync(0xffffffffu, M2, 2));
+    l2 = m2 == -INFINITY ? 0.0f : l2 * exp2f(m2 - M2);
+    l2 += __shfl_xor_sync(0xffffffffu, l2, 1);
+    l2 += __shfl_xor_sync(0xffffffffu, l2, 2);
+    if (w > 0) sh.lam[w - 1][lane][0] = M2, sh.lam[w - 1][lane][1] = l2, sh.lam[w - 1][lane][2] = cmx;
+    vbad = __syncthreads_or(vbad);
+    poisoned = __syncthreads_or(poisoned);
+    if (w == 0) {  // λ's sums of the warps under one maximum, in warp order
+#pragma unroll
+        for (int ww = 1; ww < NW; ++ww) {
+            const float Mo = sh.lam[ww - 1][lane][0], Lo = sh.lam[ww - 1][lane][1];
+            const float Mx = fmaxf(M2, Mo);
+            l2 = (M2 == -INFINITY ? 0.0f : l2 * exp2f(M2 - Mx)) + (Mo == -INFINITY ? 0.0f : Lo * exp2f(Mo - Mx));
+            M2 = Mx;
+            cmx = fmaxf(cmx, sh.lam[ww - 1][lane][2]);
+        }
+    }
+    const bool dead = poisoned || hbad || (hflags & 1);
+    if (g < G) {
+        const i64 oi = ((i64)b * Hq + h * G + g) * num_splits + s;
+        float* op = o_part + oi * D + I8_WARP_CH * w;
+#pragma unroll
+        for (int cb = 0; cb < 4; ++cb) {
+            const float c0 = 0.498046875f * cs[cb >> 1];  // 255/512 · ΣP' of the group
+            float4 r;
+            if (dead || vbad) r = make_float4(NAN, NAN, NAN, NAN);
+            else if (l == 0.0f) r = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            else r = make_float4((o[cb][0] - c0) / l, (o[cb][1] - c0) / l, (o[cb][2] - c0) / l, (o[cb][3] - c0) / l);
+            *reinterpret_cast<float4*>(op + 16 * cb + 4 * t) = r;
+        }
+        if (w == 0 && t == 0) {
+            // back to natural-log units (cmax, a bound, through the float ln 2, which is above ln 2,
+            // rounded up); a non-finite V scale: o is not finite, so no guarantee (SPEC §3.6)
+            const bool linf = CERT && (cmx == INFINITY || vbad);
+            const float cm = CERT ? (linf ? INFINITY : __fmul_ru(cmx, WC_LN2)) : 0.0f;
+            const float lam = !CERT ? -INFINITY
+                                    : (linf ? INFINITY : (l2 > 0.0f ? M2 * WC_LN2 + logf(l2) : -INFINITY));
+            store_split_stats(oi, dead, l, m * WC_LN2 + logf(l), lam, cm, CERT ? __fmul_ru(rho, cm) : 0.0f, lse_part,
+                              lam_part, cmax_part, gam_part);
+        }
+    }
+}
+
+// Explicit instantiations of one head dim (the offline compile checks in tests/test_cuda_compile.py):
+// every G with and without a certificate, and with page contributions where the layout serves them.
+#define WC_I8_INST1(D, G, CERT, PAGES)                                                                        \
+    template __global__ void decode_stage1_i8<D, G, CERT, PAGES>(                                            \
+        const float*, const i8*, const u16*, const int*, const int*, const int*, float*, float*, float*, float*, \
+        float*, float*, float*, i64, int, int, int, int, int, int, int, int, u32, u32, float, float, float, float);
+#define WC_I8_INST_G(D, G)                                                              \
+    WC_I8_INST1(D, G, false, false)                                                   \
+    WC_I8_INST1(D, G, true, false)                                                    \
+    WC_I8_INST_PAGES(D, G)
+#define WC_I8_INST(D)                                                                                  \
+    WC_I8_INST_G(D, 1) WC_I8_INST_G(D, 2) WC_I8_INST_G(D, 3) WC_I8_INST_G(D, 4) WC_I8_INST_G(D, 5) \
+        WC_I8_INST_G(D, 6) WC_I8_INST_G(D, 7) WC_I8_INST_G(D, 8)

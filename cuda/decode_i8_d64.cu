@@ -1,0 +1,8 @@
+// decode_i8_d64.cu — decode_stage1_i8 at head dim 64 (decode_i8.cuh); one file per head dim keeps
+// each compile short.
+#include "decode_i8.cuh"
+
+#ifdef WITCERT_INSTANTIATE_ALL
+#define WC_I8_INST_PAGES(D, G) WC_I8_INST1(D, G, true, true)
+WC_I8_INST(64)
+#endif

@@ -1,0 +1,41 @@
+// decode_i8_geometry.cuh — decode_stage1_i8's launch geometry (decode_i8.cuh): tile, warps, the
+// register budget's occupancy and the shared-memory layout, host-compilable so that
+// tests/cuda_host/i8_smem.cu can print what witcert_cupy/_cuda/geometry.py mirrors.
+#pragma once
+#include "common.cuh"
+
+#define I8_TILE 32
+// channels per warp (two scale groups of 32): D / I8_WARP_CH warps per CTA
+#define I8_WARP_CH 64
+// minimum resident warps per SM the register budget is set for: 12 (three a scheduler: 168
+// registers); with page contributions 8 (two a scheduler: up to 255; at 168 ptxas spilled 24–32
+// bytes in some G, and 10 warps leave three on some scheduler, which is 168 again)
+#define I8_WARPS_PER_SM 12
+#define I8_WARPS_PER_SM_PAGES 8
+
+// shared memory (dynamic: 17–71 KB over D): per warp two buffers of staged rows and scales per side
+// and one tile of dither fields per side; the tile's partial logits of every warp (two buffers);
+// the per-head constants; the set-up (query, digits) uses the dither tiles' space before the first
+// tile's fields are written.  witcert_cupy/_cuda/geometry.py's i8_smem_bytes mirrors its size.
+template <int D>
+struct I8Smem {
+    static constexpr int NW = D / I8_WARP_CH, NG = D / 32;
+    u8 codes[2][NW][2][I8_TILE * I8_WARP_CH];  // [buffer][warp][side][i8_off(token, chunk)]
+    u8 dith[NW][2][I8_TILE * I8_WARP_CH];      // [warp][side][i8_off(token, chunk)]: j' = 255 − j
+    u16 ks[2][NW][I8_TILE][NG];                // [buffer][warp][token][group]: K scales, every group
+    u16 vs[2][NW][I8_TILE][2];                 // [buffer][warp][token][its group]: V scales
+    float xp[2][NW][8][I8_TILE];               // [buffer][warp][head][token]: partial logits
+    float4 cf[8][NG];                          // [head][group]: W1, C, Tier B's a1, a2
+    // the query digits as K's A fragments, [group][head][t]: {a0, a1} of channels 32γ + 4t .. and
+    // 32γ + 16 + 4t .., and a2 of both (thread (g, t)'s loads fall on distinct banks)
+    uint4 qd01[NG][8][4];
+    uint2 qd2[NG][8][4];
+    float lam[NW > 1 ? NW - 1 : 1][32][3];  // warps 1.. λ state per lane at the end: m2, l2, cmax
+};
+template <int D>
+struct I8Setup {
+    float q[8][D];           // the G query rows
+    u32 dig[3][8][D / 4];    // digits a0, a1, a2 per head, four channels a word
+    float head[8][4];        // per head: Fm, P1, P2, ρ
+    int flags[8];            // per head: bit 0 query not finite, bit 1 coefficients overflow
+};
