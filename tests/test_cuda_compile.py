@@ -186,17 +186,23 @@ def test_dot_heights_are_the_kernels_summation_orders():
     assert geo.F16_HALF == 128 // 2 and geo.stage1_dot_height("f16", 128, 4, split=False) == 65
 
 
+def _host_program_lines(name, tmp_path):
+    """The output lines of tests/cuda_host/``name``, built by nvcc with the contract's defines against
+    the kernel headers and run on the host."""
+    exe = tmp_path / "host_prog"
+    src = Path(__file__).parent / "cuda_host" / name
+    out = subprocess.run([NVCC, "-std=c++17", *_cuda.defines(), "-I", str(_cuda.kernel_dir()), str(src), "-o",
+                          str(exe)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout.strip().split("\n")
+
+
 def test_f16_launch_geometry_is_the_kernel_s(tmp_path):
     """decode_stage1_f16's splits per CTA and dynamic shared memory as the launch layer computes them
     (witcert_cupy/_cuda/) equal the kernel source's constexpr helpers, run on the host; and every
     CTA fits what an sm_90 SM gives (227 KB a CTA, 228 KB an SM with 1 KB kept per CTA) at the
     CTAs per SM its register bound is set for."""
-    exe = tmp_path / "geom"
-    src = Path(__file__).parent / "cuda_host" / "f16_smem.cu"
-    out = subprocess.run([NVCC, "-std=c++17", *_cuda.defines(), "-I", str(_cuda.kernel_dir()), str(src), "-o",
-                          str(exe)], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
-    lines = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout.strip().split("\n")
+    lines = _host_program_lines("f16_smem.cu", tmp_path)
     assert len(lines) == 8 * 4 * 2
     for line in lines:
         (G, NB, a), (pipes, smem, min_plain, min_cert) = (list(map(int, x.split())) for x in line.split("->"))
@@ -212,12 +218,7 @@ def test_i8_shared_memory_is_the_kernel_s(tmp_path):
     warps per SM its register bound is set for."""
     from witcert_cupy._cuda import geometry as geo
 
-    exe = tmp_path / "geom"
-    src = Path(__file__).parent / "cuda_host" / "i8_smem.cu"
-    out = subprocess.run([NVCC, "-std=c++17", *_cuda.defines(), "-I", str(_cuda.kernel_dir()), str(src), "-o",
-                          str(exe)], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
-    lines = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout.strip().split("\n")
+    lines = _host_program_lines("i8_smem.cu", tmp_path)
     got = dict(tuple(map(int, ln.split())) for ln in lines)
     assert got == {d: geo.i8_smem_bytes(d) for d in geo.I8_HEAD_DIMS}
     for d, smem in got.items():  # 12 warps per SM: 228 KB an SM, 1 KB kept per CTA
