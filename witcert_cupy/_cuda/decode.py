@@ -52,8 +52,8 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     (str, bool)
         ``'i8'`` (``decode_stage1_i8``: SPEC §6 form (I), INT8 pools at 8-bit dither with 32-channel
         groups, d 64, 128 or 256, Tier B or no certificate, no outlier channels or exact tier, and
-        page contributions on 16-token pages up to d = 128), ``'f16'`` (``decode_stage1_f16``: fp16 stores), ``'v2'`` (``decode_stage1_v2``:
-        INT8 pools) or ``'v1'`` (``decode_stage1``, which serves everything), and whether the PLAIN
+        page contributions on 16-token pages up to d = 128), ``'f16'`` (``decode_stage1_f16``: fp16
+        stores), ``'v2'`` (``decode_stage1_v2``: INT8 pools) or ``'v1'`` (``decode_stage1``, which serves everything), and whether the PLAIN
         layout (INT8, Tier B or no certificate, no outlier channels, 32-channel groups, no exact
         tier, no page contributions) applies.
 
@@ -154,15 +154,11 @@ class DecodePlan:
             self.stage1_template = f"decode_stage1_f16<{G}, {certified}>"
             self.stage1 = kernel("decode_f16.cu", None, self.stage1_template)
             self.smem1 = f16_smem_bytes(G, dev.num_bands, cert_mod.tier_code(cert) & 1)
-            if self.smem1 > self.stage1.max_dynamic_shared_size_bytes:  # (beyond 48 KB: opt in)
-                self.stage1.max_dynamic_shared_size_bytes = self.smem1
         elif stage1 == "i8":  # (head dim, G, certified, page contributions); one source file per head dim
             c, pg = ("true" if cert is not None else "false"), ("true" if P > 0 else "false")
             self.stage1_template = f"decode_stage1_i8<{d}, {G}, {c}, {pg}>"
             self.stage1 = kernel(f"decode_i8_d{d}.cu", None, self.stage1_template)
             self.smem1 = geo.i8_smem_bytes(d)
-            if self.smem1 > self.stage1.max_dynamic_shared_size_bytes:  # (beyond 48 KB: opt in)
-                self.stage1.max_dynamic_shared_size_bytes = self.smem1
         elif stage1 == "v2":  # the second template argument: dither bits
             # the third: the default layout as constants (no outlier channels, 32-channel groups, no
             # Tier-A term; decode_v2.cu), the same results in less code
@@ -176,6 +172,8 @@ class DecodePlan:
             fp16 = "true" if dev.fp16_store else "false"
             self.stage1_template = f"decode_stage1<{d}, {G}, {fp16}, {unroll}>"
             self.stage1 = kernel("decode.cu", None, self.stage1_template)
+        if self.smem1 > self.stage1.max_dynamic_shared_size_bytes:  # (beyond 48 KB: opt in)
+            self.stage1.max_dynamic_shared_size_bytes = self.smem1
         # the default split count: one wave of this kernel's resident CTAs (the one-warp fp16 kernel:
         # up to 128 splits of at least 64 tokens, the mean request's length from the table's shape;
         # the INT8 kernel: beyond 64 splits at small batch, v2_num_splits)
