@@ -460,6 +460,7 @@ CONFIGS = {
     "outliers_2": ({"n_outlier_pairs": 2}, "B", False, 0.0),
     "exact_tier_1pct": ({}, "B", False, 0.01),
     "page_contributions": ({}, "B", True, 0.0),
+    "gate_step": ({}, "B", True, 0.01),  # what gated_decode launches: page contributions over an exact tier
 }
 
 

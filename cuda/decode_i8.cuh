@@ -2,11 +2,11 @@
 // tensor-core products of the stored code and dither bytes with a three-digit integer split of the
 // power-of-two-scaled query, the values as integer products of the same bytes with three digits of
 // p̃·s.  INT8 pools at d = 64, 128 or 256, 8-bit dither, scale groups of 32, Tier B (or no
-// certificate), per-page contributions (pages of 16 tokens, d ≤ 128), no outlier channels, Tier-A
-// term or exact tier.  One file per head dim instantiates it (decode_i8_d64.cu, ...: the
-// compiles stay short).
+// certificate), no outlier channels or Tier-A term; per-page contributions (pages of 16 tokens,
+// d ≤ 128), and with them the exact tier (the gate's steps).  One file per head dim instantiates
+// it (decode_i8_d64.cu, ...: the compiles stay short).
 //
-// decode_stage1_i8<D, G, CERT, PAGES>: grid (num_splits, Hkv, B), D / 64 warps per CTA serving the
+// decode_stage1_i8<D, G, TIER, PAGES, EXACT>: grid (num_splits, Hkv, B), D / 64 warps per CTA serving the
 // kv head's G ≤ 8 query heads over its split, 32-token tiles through a two-deep cp.async pipeline per
 // warp.  Warp w owns channels [64w, 64w + 64) (scale groups 2w, 2w + 1) of every K and V row; lane
 // 4g + t ("thread (g, t)") owns query head g (rows g ≥ G compute on zeros) and, within a tile, the
@@ -30,6 +30,11 @@
 //      (ldmatrix.trans, the bytes regrouped by prmt) give R0 = Σ b0·k, R1 = Σ b1·k + Σ b0·j',
 //      R2 = Σ b2·k + Σ b1·j' exactly; o += (2^8·(256·R0 + R1) + R2)/σ, and −(255/512)·ΣP' per
 //      group at the end.
+// Exact-tier tokens (EXACT: a tile whose pages the tier serves, a warp-uniform branch): their logits
+// as fp32 dot products of the query with the tier's fp16 rows (a chain over each warp's 64
+// channels, the warps' sums added pairwise, times fl(sm·log2 e)), c_t = γ_t of that order
+// (certificate.FORM_I_EXACT_ORDER, docs/certificate.md §10.1), their values p̃·v in fp32 beside the
+// integer products (which see p̃·s = 0 for them).
 // The values are held to SPEC §9's flash-attention rule (V does not enter the certificate); the
 // weights they apply are p̃ to 22 bits of each tile's largest, so both readings of p̃ (SPEC §5)
 // agree within fp32 resolution.
@@ -106,17 +111,24 @@ WC_D u32 dynamic_smem_bytes() {
     return r;
 }
 
-template <int D, int G, bool CERT, bool PAGES>
-__global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WARPS_PER_SM) * I8_WARP_CH / D) decode_stage1_i8(
-    const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
-    const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices, const int* __restrict__ kv_last_page_len,
-    float* __restrict__ o_part, float* __restrict__ lse_part, float* __restrict__ lam_part,
-    float* __restrict__ cmax_part, float* __restrict__ gam_part, float* __restrict__ page_lse,
-    float* __restrict__ page_lam, i64 N, int H, int layer, int head_base, int page_shift, int num_pages, int nnz,
-    int num_splits, int max_pages, u32 k0, u32 k1, float sm, float log_budget, float beta_steps, float gamma_eval) {
+template <int D, int G, int TIER, bool PAGES, bool EXACT>
+__global__ void __launch_bounds__(D / 2, (PAGES || EXACT ? I8_WARPS_PER_SM_PAGES : I8_WARPS_PER_SM) * I8_WARP_CH / D)
+    decode_stage1_i8(const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
+                     const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
+                     const int* __restrict__ kv_last_page_len, float* __restrict__ o_part,
+                     float* __restrict__ lse_part, float* __restrict__ lam_part, float* __restrict__ cmax_part,
+                     float* __restrict__ gam_part, float* __restrict__ page_lse, float* __restrict__ page_lam,
+                     const int* __restrict__ tier_map, const u16* __restrict__ tier_k, const u16* __restrict__ tier_v,
+                     const u16* __restrict__ wit, const int* __restrict__ band_ch, i64 N, int H, int layer,
+                     int head_base, int page_shift, int num_pages, int nnz, int num_splits, int max_pages,
+                     int tier_stride, int tier_cap, int NB, u32 k0, u32 k1, float sm, float log_budget,
+                     float beta_steps, float gamma_eval, float gamma_exact) {
     static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
     static_assert(G >= 1 && G <= 8, "G: 1 to 8 query heads per kv head");
+    static_assert(TIER >= 0 && TIER <= 3, "tier code: 0 none, 1 A, 2 B, 3 AB");
+    constexpr bool CERT = TIER != 0, TA = (TIER & 1) != 0, TB = (TIER & 2) != 0;
     static_assert(CERT || !PAGES, "page contributions are a certified step's");
+    static_assert(!EXACT || PAGES, "the exact tier is served for the gate's steps (certified, page contributions)");
     constexpr int NW = D / I8_WARP_CH, NG = D / 32, THREADS = 32 * NW;
     constexpr int NBW = 4 / NW;  // 8-token blocks per warp of the certificate's work
     // (a warp's certificate blocks are whole 16-token pages up to d = 128)
@@ -127,8 +139,18 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
     extern __shared__ __align__(16) unsigned char i8_smem[];
     Smem& sh = *reinterpret_cast<Smem*>(i8_smem);
     Setup& su = *reinterpret_cast<Setup*>(&sh.dith[0][0][0]);
-    // a launch-layer bug, never a result: too little shared memory, pages other than 16 tokens
-    if (dynamic_smem_bytes() < sizeof(Smem) || (PAGES && page_shift != 4)) __trap();
+    // with the exact tier, the partial Σ|q_c||k_c| of exact-tier tokens: [buffer][warp][head][token];
+    // with a Tier-A term, the staged K witness rows [buffer][warp][token][band], the band
+    // coefficients [head][band] and the evaluation term's per-group coefficients [head][group]
+    float* xa = reinterpret_cast<float*>(i8_smem + sizeof(Smem));
+    u16* wit_s = reinterpret_cast<u16*>(i8_smem + sizeof(Smem) + (EXACT ? I8_EXACT_SMEM(D) : 0));
+    float* a_band = reinterpret_cast<float*>(wit_s + 2 * NW * I8_TILE * NB);
+    float* gqk = a_band + 8 * NB;
+    // a launch-layer bug, never a result: too little shared memory, pages other than 16 tokens, a
+    // band count the witness staging does not serve
+    if (dynamic_smem_bytes() < sizeof(Smem) + (EXACT ? I8_EXACT_SMEM(D) : 0) + (TA ? I8_TIER_A_SMEM(D, NB) : 0) ||
+        (PAGES && page_shift != 4) || (TA && (NB < 8 || NB > 64 || NB % 8 != 0)))
+        __trap();
 
     griddep_wait();  // before the first global access (griddep.cuh)
     const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -153,6 +175,13 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
     // row's K scales and its half's V scales; rows past the split's end or on a bad page land as zeros
     auto page_of = [&](i64 t0n) { return tile_page(kv_indices, rp.p0, t0n, tb, lane, page_shift); };
     auto slot_at = [&](i64 t0n, int page) { return tile_slot(t0n, tb, lane, page, page_shift, num_pages, poisoned); };
+    // the exact tier's entry of a valid slot's page (SPEC §7), or -1: its tokens are served from the
+    // tier's fp16 rows [tier_cap, 16, D] with c_t = γ_t of their fp32 dot product
+    auto tier_entry = [&](i64 sl_) -> int {
+        if (!EXACT || sl_ < 0) return -1;
+        const int e = tier_map[(i64)h * tier_stride + (int)(sl_ >> page_shift)];
+        return e >= 0 && e < tier_cap ? e : -1;
+    };
     auto stage = [&](int buf, i64 sl_) {
         const bool v = sl_ >= 0;
         const u32 slot = v ? (u32)sl_ : 0u;
@@ -169,13 +198,17 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
         }
         i8_copy_scales<NG>(&sh.ks[buf][w][lane][0], scales + (rowk + slot) * NG, v);
         cp_async4_zfill(&sh.vs[buf][w][lane][0], scales + (rowv + slot) * NG + 2 * w, v);
+        if constexpr (TA)  // the token's K witness row (NB fp16 band sums, 16-byte pieces)
+            for (int k = 0; k < NB; k += 8)
+                cp_async16_zfill(&wit_s[((buf * NW + w) * I8_TILE + lane) * NB + k], wit + (rowk + slot) * NB + k, v);
         cp_async_commit();
     };
-    int pg = 0;
+    int pg = 0, te = -1;
     i64 sl = -1;
     if (ta < tb) {
         pg = page_of(ta);
         sl = slot_at(ta, pg);
+        te = tier_entry(sl);
         stage(0, sl);  // the first tile's rows load during the set-up
         pg = page_of(ta + I8_TILE);
     }
@@ -270,14 +303,17 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
                                   : 0.0f;
             // Tier B's coefficients on the group's normalized query (certificate.cuh)
             float b2 = 0.0f, b1 = 0.0f;
-            if (CERT && hfin) {
+            if (CERT && hfin) {  // (Tier A alone: b1's β term is not used)
                 float q1, q2;
                 int en;
                 normalized_sums(qg, 32, [](int i) { return i; }, [](int) { return false; }, q1, q2, en);
                 group_coefficients(smx, q1, q2, en, log_term, beta_steps, b2, b1);
             }
-            float a2c = __fmul_ru(b2, K2), a1c = __fmul_ru(__fadd_ru(b1, gq), K1);
-            if (!(a2c <= WC_F32_MAX && a1c <= WC_F32_MAX)) cinf = 1, a2c = a1c = 0.0f;
+            // (with a Tier-A term the evaluation term stays apart: c_t = min(c^A, c^B) + γ_t)
+            float a2c = __fmul_ru(b2, K2), a1c = __fmul_ru(TA ? b1 : __fadd_ru(b1, gq), K1);
+            float gk = TA ? __fmul_ru(gq, K1) : 0.0f;
+            if (!(a2c <= WC_F32_MAX && a1c <= WC_F32_MAX && gk <= WC_F32_MAX)) cinf = 1, a2c = a1c = gk = 0.0f;
+            if (TA) gqk[g * NG + gr] = gk;
             // Γ ≤ ρ·cmax (docs/certificate.md §10.4): ρ = min(sqrt(Σ_g gq²/b2)·slack, max_g gq/(b1 + gq))
             float cs = gq == 0.0f || b2 == 0.0f ? 0.0f : __fdiv_ru(__fmul_ru(gq, gq), b2);
             if (gq != 0.0f && b2 == 0.0f) cs = INFINITY;
@@ -303,6 +339,21 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
             su.flags[g] = (hfin ? 0 : 1) | (cinf ? 2 : 0);
         }
     }
+    if constexpr (TA) {  // Tier A's band coefficients sm·||q_b||·K1 (certificate.cuh; rows g >= G: 0)
+        const int per = D / NB;
+        for (int idx = tid; idx < 8 * NB; idx += THREADS) {
+            const int gg = idx / NB, bb = idx % NB;
+            float q1, q2;
+            int e;
+            if (gg < G) {
+                normalized_sums(su.q[gg], per, [&](int j) { return band_ch[bb * per + j]; }, [](int) { return false; },
+                                q1, q2, e);
+                a_band[idx] = __fmul_ru(band_coefficient(smx, q2, e), K1);
+            } else {
+                a_band[idx] = 0.0f;
+            }
+        }
+    }
     __syncthreads();
     // head g's digits as A fragments in shared memory, its constants in registers
     if (w == 0) {
@@ -323,6 +374,12 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
     // by l, Σ P' per group of the warp over the thread's tokens, λ's running maximum and sum over the
     // thread's certified tokens (warp w: 8-token blocks NBW·w .. NBW·w + NBW − 1), cmax (log2 units)
     float m = -INFINITY, l = 0.0f, m2 = -INFINITY, l2 = 0.0f, cmx = (hflags & 2) ? INFINITY : 0.0f;
+    // exact-tier tokens: the logit's scale in log2 units (fp32 sm times log2 e: with the product, the
+    // four roundings docs/certificate.md §10.1 counts), c_t = γ_t per unit of Σ|q_c||k_c| (log2
+    // units with the slack, rounded up), and the largest such c_t (Γ's share of exact tokens)
+    const float SL = __fmul_rn(sm, WC_LOG2E);
+    const float GX = __fmul_ru(gamma_exact, K1);
+    float gmx = 0.0f;
     float o[4][4], cs[2];
 #pragma unroll
     for (int cb = 0; cb < 4; ++cb) o[cb][0] = o[cb][1] = o[cb][2] = o[cb][3] = 0.0f;
@@ -336,9 +393,11 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
         const bool valid = sl >= 0;
         const u32 slot = valid ? (u32)sl : 0u;
         const u32 vm = __ballot_sync(0xffffffffu, valid);
+        const u32 em = EXACT ? __ballot_sync(0xffffffffu, te >= 0) : 0u;  // the tile's exact-tier tokens
         // the next tile's rows start loading now (the warp's buffer they land in was last read by
         // its previous tile, which every lane finished before the closing __syncwarp)
         const i64 sln = slot_at(t0 + I8_TILE, pg);
+        const int ten = tier_entry(sln);
         if (t0 + I8_TILE < tb) stage(buf ^ 1, sln);
         else cp_async_commit();  // (an empty group keeps the wait below uniform)
         pg = page_of(t0 + 2 * I8_TILE);
@@ -382,6 +441,39 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
                     inner[i] = gg == 0 ? __fmul_rn(sg, z) : __fmaf_rn(sg, z, inner[i]);
                 }
             }
+            if constexpr (EXACT) {
+                if ((em >> (8 * n)) & 0xFFu) {  // (warp-uniform) exact-tier tokens in this block: their
+                    // partial dot product over the warp's 64 channels, one fp32 chain in channel order
+                    // (certificate.FORM_I_EXACT_ORDER), and Σ|q_c||k_c| beside it
+                    float ap[2] = {0.0f, 0.0f};
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        const int tk = 8 * n + 2 * t + i;
+                        const int e = __shfl_sync(0xffffffffu, te, tk);
+                        const u32 so_ = __shfl_sync(0xffffffffu, slot, tk);
+                        if (e >= 0) {
+                            const u16* kr = tier_k + (((i64)e << page_shift) + (so_ & 15u)) * D + I8_WARP_CH * w;
+                            const float* qg_ = q + ((i64)b * Hq + h * G + (g < G ? g : 0)) * D + I8_WARP_CH * w;
+                            float acc = 0.0f, aac = 0.0f;
+#pragma unroll 4
+                            for (int c = 0; c < I8_WARP_CH; c += 4) {
+                                const float4 qv = *reinterpret_cast<const float4*>(qg_ + c);
+                                const uint2 kw = *reinterpret_cast<const uint2*>(kr + c);
+                                const float x0 = f16_to_f32((u16)kw.x), x1 = f16_to_f32((u16)(kw.x >> 16));
+                                const float x2 = f16_to_f32((u16)kw.y), x3 = f16_to_f32((u16)(kw.y >> 16));
+                                // (products and sums each rounded, as the twin's blocked_dot: no contraction)
+                                acc = __fadd_rn(acc, __fmul_rn(qv.x, x0)), aac = __fadd_rn(aac, __fmul_rn(fabsf(qv.x), fabsf(x0)));
+                                acc = __fadd_rn(acc, __fmul_rn(qv.y, x1)), aac = __fadd_rn(aac, __fmul_rn(fabsf(qv.y), fabsf(x1)));
+                                acc = __fadd_rn(acc, __fmul_rn(qv.z, x2)), aac = __fadd_rn(aac, __fmul_rn(fabsf(qv.z), fabsf(x2)));
+                                acc = __fadd_rn(acc, __fmul_rn(qv.w, x3)), aac = __fadd_rn(aac, __fmul_rn(fabsf(qv.w), fabsf(x3)));
+                            }
+                            inner[i] = acc, ap[i] = aac;
+                        }
+                    }
+                    *reinterpret_cast<float2*>(&xa[((buf * NW + w) * 8 + g) * I8_TILE + 8 * n + 2 * t]) =
+                        make_float2(ap[0], ap[1]);
+                }
+            }
             *reinterpret_cast<float2*>(&sh.xp[buf][w][g][8 * n + 2 * t]) = make_float2(inner[0], inner[1]);
         }
         __syncthreads();  // every warp's partial logits
@@ -401,6 +493,10 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
                     pw[ww].x = __fadd_rn(pw[ww].x, pw[ww + span].x), pw[ww].y = __fadd_rn(pw[ww].y, pw[ww + span].y);
             lt[n][0] = __fmul_rn(__fmul_rn(__fmul_rn(pw[0].x, Fm), P1), P2);
             lt[n][1] = __fmul_rn(__fmul_rn(__fmul_rn(pw[0].y, Fm), P1), P2);
+            if constexpr (EXACT) {  // an exact-tier token's logit: its fp32 dot product times SL
+                if ((em >> (8 * n + 2 * t)) & 1u) lt[n][0] = __fmul_rn(pw[0].x, SL);
+                if ((em >> (8 * n + 2 * t + 1)) & 1u) lt[n][1] = __fmul_rn(pw[0].y, SL);
+            }
         }
         // 3. the online softmax over the tile (head g: the quad's 32 tokens)
         float mx = -INFINITY;
@@ -429,19 +525,19 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
                 psum += p[n][i];
             }
         l = __fmaf_rn(l, alpha, psum);
-        if constexpr (CERT) {  // Tier B's c_t (log2 units, with the slack), cmax and λ's sum: the
+        if constexpr (CERT) {  // the certificate's c_t (log2 units, with the slack), cmax and λ's sum: the
             // warp's NBW 8-token blocks, at most two (one 16-token page) under each new maximum
-            constexpr int NB = NBW < 2 ? NBW : 2;
+            constexpr int NC = NBW < 2 ? NBW : 2;  // 8-token blocks per chunk
 #pragma unroll
-            for (int pp = 0; pp < NBW / NB; ++pp) {
-                float x[NB][2], lw[NB][2];
+            for (int pp = 0; pp < NBW / NC; ++pp) {
+                float x[NC][2], lw[NC][2];
                 float mx2 = -INFINITY;
 #pragma unroll
-                for (int nn = 0; nn < NB; ++nn)
+                for (int nn = 0; nn < NC; ++nn)
 #pragma unroll
                     for (int i = 0; i < 2; ++i) {
-                        const int n = NBW * w + NB * pp + nn, tk = 8 * n + 2 * t + i;
-                        float u2 = 0.0f, be = 0.0f;
+                        const int n = NBW * w + NC * pp + nn, tk = 8 * n + 2 * t + i;
+                        float u2 = 0.0f, be = 0.0f, ge = 0.0f;
 #pragma unroll
                         for (int gp = 0; gp < NG / 2; ++gp) {  // two groups a word; Tier B's a1, a2
                             const u32 kw = *reinterpret_cast<const u32*>(&sh.ks[buf][w][tk][2 * gp]);
@@ -449,14 +545,41 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
                             for (int hh = 0; hh < 2; ++hh) {
                                 const float2 cq = i8_coef_pair<NG == 8>(&sh.cf[g][2 * gp + hh].z);
                                 const float s1 = f16_to_f32((u16)(kw >> (16 * hh)));
-                                u2 += __fmul_rn(s1, s1) * cq.y;
-                                be += s1 * cq.x;
+                                if constexpr (TB) u2 += __fmul_rn(s1, s1) * cq.y, be += s1 * cq.x;
+                                if constexpr (TA) ge += s1 * gqk[g * NG + 2 * gp + hh];
                             }
                         }
-                        float u;
-                        asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(u) : "f"(u2));
+                        float u = 0.0f;
+                        if constexpr (TB) asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(u) : "f"(u2));
                         const bool v = (vm >> tk) & 1u;
-                        const float c2 = u + be;
+                        float c2 = u + be;  // (without a Tier-A term be carries γ_t)
+                        if constexpr (TA) {  // c^A = Σ_b a_b·w_{t,b} in band order; c_t = min(c^A, c^B) + γ_t
+                            const u16* wr = &wit_s[((buf * NW + w) * I8_TILE + tk) * NB];
+                            const float* ab = &a_band[g * NB];
+                            float ca = 0.0f;
+#pragma unroll 2
+                            for (int bb = 0; bb < NB; bb += 2) {
+                                const u32 wv = *reinterpret_cast<const u32*>(wr + bb);
+                                ca += ab[bb] * f16_to_f32((u16)wv);
+                                ca += ab[bb + 1] * f16_to_f32((u16)(wv >> 16));
+                            }
+                            ca = ca <= WC_F32_MAX ? ca : INFINITY;  // (NaN: +inf)
+                            c2 = (TB ? fminf(ca, c2) : ca) + ge;
+                            if (v) gmx = fmaxf(gmx, ge);
+                        }
+                        if constexpr (EXACT) {
+                            if ((em >> tk) & 1u) {  // c_t = γ_t: Σ|q_c||k_c| over every warp's channels
+                                float ad[NW];
+#pragma unroll
+                                for (int ww = 0; ww < NW; ++ww) ad[ww] = xa[((buf * NW + ww) * 8 + g) * I8_TILE + tk];
+#pragma unroll
+                                for (int span = 1; span < NW; span *= 2)
+#pragma unroll
+                                    for (int ww = 0; ww + span < NW; ww += 2 * span) ad[ww] = __fadd_ru(ad[ww], ad[ww + span]);
+                                c2 = __fmul_ru(GX, ad[0]);
+                                if (v) gmx = fmaxf(gmx, c2);
+                            }
+                        }
                         if (v) cmx = fmaxf(cmx, c2);
                         lw[nn][i] = lt[0][i];  // lt[n][i], n warp-dependent: selected, not indexed
 #pragma unroll
@@ -469,21 +592,21 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
                 if (mn2 != -INFINITY) {  // (an infinite c_t makes cmax infinite: the end reports λ = +inf)
                     float add = 0.0f;
 #pragma unroll
-                    for (int nn = 0; nn < NB; ++nn) add += exp2f(x[nn][0] - mn2) + exp2f(x[nn][1] - mn2);
+                    for (int nn = 0; nn < NC; ++nn) add += exp2f(x[nn][0] - mn2) + exp2f(x[nn][1] - mn2);
                     l2 = __fmaf_rn(l2, exp2f(m2 - mn2), add);
                     m2 = mn2;
                 }
                 if constexpr (PAGES) {  // this page's lse_j and λ_j over the quad's tokens,
                     // natural-log units (SPEC §6; -inf for an empty sum, +inf for λ with an infinite
                     // c_t or a head without a finite logit)
-                    static_assert(!PAGES || NB == 2, "a chunk is one page");
+                    static_assert(!PAGES || NC == 2, "a chunk is one page");
                     float pmx = -INFINITY, pmx2 = -INFINITY;
                     int pbad = 0;
 #pragma unroll
-                    for (int nn = 0; nn < NB; ++nn)
+                    for (int nn = 0; nn < NC; ++nn)
 #pragma unroll
                         for (int i = 0; i < 2; ++i) {
-                            const bool v = (vm >> (8 * (NBW * w + NB * pp + nn) + 2 * t + i)) & 1u;
+                            const bool v = (vm >> (8 * (NBW * w + NC * pp + nn) + 2 * t + i)) & 1u;
                             if (v && !is_finite32(lw[nn][i])) pbad = 1;
                             if (v) pmx = fmaxf(pmx, lw[nn][i]), pmx2 = fmaxf(pmx2, x[nn][i]);
                         }
@@ -493,10 +616,10 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
                     pmx2 = fmaxf(pmx2, __shfl_xor_sync(0xffffffffu, pmx2, 2));
                     float e = 0.0f, e2 = 0.0f;
 #pragma unroll
-                    for (int nn = 0; nn < NB; ++nn)
+                    for (int nn = 0; nn < NC; ++nn)
 #pragma unroll
                         for (int i = 0; i < 2; ++i) {
-                            const bool v = (vm >> (8 * (NBW * w + NB * pp + nn) + 2 * t + i)) & 1u;
+                            const bool v = (vm >> (8 * (NBW * w + NC * pp + nn) + 2 * t + i)) & 1u;
                             if (v && is_finite32(lw[nn][i])) e += exp2f(lw[nn][i] - pmx), e2 += exp2f(x[nn][i] - pmx2);
                         }
 #pragma unroll
@@ -505,7 +628,7 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
                         e2 += __shfl_xor_sync(0xffffffffu, e2, off);
                         pbad |= __shfl_xor_sync(0xffffffffu, pbad, off);
                     }
-                    const int tp = (NBW * w + NB * pp) / 2;  // the tile's page
+                    const int tp = (NBW * w + NC * pp) / 2;  // the tile's page
                     const i64 pi = (t0 >> 4) + tp;
                     if (t == 0 && g < G && ((vm >> (16 * tp)) & 1u) && pi < max_pages) {
                         const i64 po = ((i64)b * Hq + h * G + g) * max_pages + pi;
@@ -530,8 +653,10 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {
                     const float sv = f16_to_f32(sh.vs[buf][w][8 * n + 2 * t + i][gg]);
-                    if (((vm >> (8 * n + 2 * t + i)) & 1u) && !is_finite32(sv)) vbad = true;
-                    pp[n][i] = __fmul_rn(p[n][i], sv);
+                    // (an exact-tier token's values come from the tier: none here)
+                    const bool ex = EXACT && ((em >> (8 * n + 2 * t + i)) & 1u);
+                    if (((vm >> (8 * n + 2 * t + i)) & 1u) && !ex && !is_finite32(sv)) vbad = true;
+                    pp[n][i] = ex ? 0.0f : __fmul_rn(p[n][i], sv);
                     pm = fmaxf(pm, pp[n][i]);
                     ps += pp[n][i];
                 }
@@ -586,7 +711,39 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
                 }
             }
         }
+        if constexpr (EXACT) {
+            if (em) {  // (warp-uniform) the exact-tier tokens' values: o += p̃·v in fp32, head g's p̃ of
+                // token 8n + 2t' + i from its thread (g, t'), channels 64w + 16cb + 4t .. + 3
+#pragma unroll
+                for (int n = 0; n < 4; ++n) {
+                    if (!((em >> (8 * n)) & 0xFFu)) continue;
+#pragma unroll
+                    for (int tt = 0; tt < 4; ++tt)
+#pragma unroll
+                        for (int i = 0; i < 2; ++i) {
+                            const int tk = 8 * n + 2 * tt + i;
+                            const float pt = __shfl_sync(0xffffffffu, p[n][i], (lane & ~3) | tt);
+                            const int e = __shfl_sync(0xffffffffu, te, tk);
+                            const u32 so_ = __shfl_sync(0xffffffffu, slot, tk);
+                            if (!((em >> tk) & 1u)) continue;
+                            const u16* vr = tier_v + (((i64)e << page_shift) + (so_ & 15u)) * D + I8_WARP_CH * w + 4 * t;
+#pragma unroll
+                            for (int cb = 0; cb < 4; ++cb) {
+                                const uint2 vw = *reinterpret_cast<const uint2*>(vr + 16 * cb);
+                                const float v4[4] = {f16_to_f32((u16)vw.x), f16_to_f32((u16)(vw.x >> 16)),
+                                                     f16_to_f32((u16)vw.y), f16_to_f32((u16)(vw.y >> 16))};
+#pragma unroll
+                                for (int k = 0; k < 4; ++k) {
+                                    if (!is_finite32(v4[k])) vbad = true;
+                                    o[cb][k] = __fmaf_rn(pt, v4[k], o[cb][k]);
+                                }
+                            }
+                        }
+                }
+            }
+        }
         sl = sln;
+        te = ten;
         __syncwarp();  // every lane's reads of the warp's buffers of this tile are done
     }
     cp_async_wait_group<0>();
@@ -598,6 +755,7 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
         cs[0] += __shfl_xor_sync(0xffffffffu, cs[0], off);
         cs[1] += __shfl_xor_sync(0xffffffffu, cs[1], off);
         cmx = fmaxf(cmx, __shfl_xor_sync(0xffffffffu, cmx, off));
+        gmx = fmaxf(gmx, __shfl_xor_sync(0xffffffffu, gmx, off));
         hbad = __shfl_xor_sync(0xffffffffu, (int)hbad, off) || hbad;
     }
     float M2 = m2;
@@ -606,7 +764,10 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
     l2 = m2 == -INFINITY ? 0.0f : l2 * exp2f(m2 - M2);
     l2 += __shfl_xor_sync(0xffffffffu, l2, 1);
     l2 += __shfl_xor_sync(0xffffffffu, l2, 2);
-    if (w > 0) sh.lam[w - 1][lane][0] = M2, sh.lam[w - 1][lane][1] = l2, sh.lam[w - 1][lane][2] = cmx;
+    if (w > 0) {
+        float* lw_ = sh.lam[w - 1][lane];
+        lw_[0] = M2, lw_[1] = l2, lw_[2] = cmx, lw_[3] = gmx;
+    }
     vbad = __syncthreads_or(vbad);
     poisoned = __syncthreads_or(poisoned);
     if (w == 0) {  // λ's sums of the warps under one maximum, in warp order
@@ -617,6 +778,7 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
             l2 = (M2 == -INFINITY ? 0.0f : l2 * exp2f(M2 - Mx)) + (Mo == -INFINITY ? 0.0f : Lo * exp2f(Mo - Mx));
             M2 = Mx;
             cmx = fmaxf(cmx, sh.lam[ww - 1][lane][2]);
+            gmx = fmaxf(gmx, sh.lam[ww - 1][lane][3]);
         }
     }
     const bool dead = poisoned || hbad || (hflags & 1);
@@ -639,21 +801,28 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
             const float cm = CERT ? (linf ? INFINITY : __fmul_ru(cmx, WC_LN2)) : 0.0f;
             const float lam = !CERT ? -INFINITY
                                     : (linf ? INFINITY : (l2 > 0.0f ? M2 * WC_LN2 + logf(l2) : -INFINITY));
-            store_split_stats(oi, dead, l, m * WC_LN2 + logf(l), lam, cm, CERT ? __fmul_ru(rho, cm) : 0.0f, lse_part,
-                              lam_part, cmax_part, gam_part);
+            // Γ: with Tier B alone ρ·cmax over the quantized tokens (γ_t ≤ ρ·c_t there) and the largest
+            // exact-tier c_t = γ_t; with a Tier-A term the largest γ_t, tracked
+            const float gx = linf ? INFINITY : __fmul_ru(gmx, WC_LN2);
+            const float gm = !CERT ? 0.0f : (TA ? gx : fmaxf(__fmul_ru(rho, cm), gx));
+            store_split_stats(oi, dead, l, m * WC_LN2 + logf(l), lam, cm, gm, lse_part, lam_part, cmax_part, gam_part);
         }
     }
 }
 
 // Explicit instantiations of one head dim (the offline compile checks in tests/test_cuda_compile.py):
-// every G with and without a certificate, and with page contributions where the layout serves them.
-#define WC_I8_INST1(D, G, CERT, PAGES)                                                                        \
-    template __global__ void decode_stage1_i8<D, G, CERT, PAGES>(                                            \
+// every G with and without a certificate, and where the layout serves them, with page contributions
+// and with page contributions over the exact tier (the gate's steps).
+#define WC_I8_INST1(D, G, TIER, PAGES, EXACT)                                                                   \
+    template __global__ void decode_stage1_i8<D, G, TIER, PAGES, EXACT>(                                       \
         const float*, const i8*, const u16*, const int*, const int*, const int*, float*, float*, float*, float*, \
-        float*, float*, float*, i64, int, int, int, int, int, int, int, int, u32, u32, float, float, float, float);
-#define WC_I8_INST_G(D, G)                                                              \
-    WC_I8_INST1(D, G, false, false)                                                   \
-    WC_I8_INST1(D, G, true, false)                                                    \
+        float*, float*, float*, const int*, const u16*, const u16*, const u16*, const int*, i64, int, int, int,   \
+        int, int, int, int, int, int, int, int, u32, u32, float, float, float, float, float);
+#define WC_I8_INST_G(D, G)                \
+    WC_I8_INST1(D, G, 0, false, false)  \
+    WC_I8_INST1(D, G, 1, false, false)  \
+    WC_I8_INST1(D, G, 2, false, false)  \
+    WC_I8_INST1(D, G, 3, false, false)  \
     WC_I8_INST_PAGES(D, G)
 #define WC_I8_INST(D)                                                                                  \
     WC_I8_INST_G(D, 1) WC_I8_INST_G(D, 2) WC_I8_INST_G(D, 3) WC_I8_INST_G(D, 4) WC_I8_INST_G(D, 5) \

@@ -30,8 +30,16 @@ struct I8Smem {
     // 32γ + 16 + 4t .., and a2 of both (thread (g, t)'s loads fall on distinct banks)
     uint4 qd01[NG][8][4];
     uint2 qd2[NG][8][4];
-    float lam[NW > 1 ? NW - 1 : 1][32][3];  // warps 1.. λ state per lane at the end: m2, l2, cmax
+    float lam[NW > 1 ? NW - 1 : 1][32][4];  // warps 1.. state per lane at the end: m2, l2, cmax, max γ_t
 };
+// with the exact tier, beyond I8Smem<D>: the partial Σ|q_c||k_c| of exact-tier tokens per buffer,
+// warp, head and token (floats)
+#define I8_EXACT_SMEM(D) (2 * ((D) / I8_WARP_CH) * 8 * I8_TILE * 4)
+// with a Tier-A term, beyond those: the staged K witness rows (fp16, NB bands, per buffer, warp and
+// token), the band coefficients (float, [8][NB]) and the evaluation term's per-group coefficients
+// (float, [8][D / 32])
+#define I8_TIER_A_SMEM(D, NB) (2 * ((D) / I8_WARP_CH) * I8_TILE * (NB) * 2 + 8 * (NB) * 4 + 8 * ((D) / 32) * 4)
+
 template <int D>
 struct I8Setup {
     float q[8][D];           // the G query rows

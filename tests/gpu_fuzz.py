@@ -37,13 +37,21 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
     def int8_dim(d):  # other head dims: the form-(I) kernel at every size
         return wc.KVPool(1, 2, d, 64, 16, wc.QuantConfig(d), backend="cuda", keep_exact=True)
 
+    def int8_wit():  # the witness without outlier pairs: Tier AB on the form-(I) kernel
+        return wc.KVPool(1, 2, 128, 64, 16, wc.QuantConfig(128, witness_bands=16), backend="cuda", keep_exact=True)
+
+    def int8_gate():  # the default layout with an exact tier: the gate's steps on the form-(I) kernel
+        return wc.KVPool(1, 2, 128, 64, 16, wc.QuantConfig(128), backend="cuda", keep_exact=True,
+                         exact_tier_pages=12)
+
     # INT8 at each dither resolution and fp16 stores (witness rows of 32 and 4 bytes) take turns
-    pools = [int8(8), fp16(16), int8(16), fp16(2), int8(24), int8_tier(), int8_plain(), int8_dim(64), int8_dim(256)]
+    pools = [int8(8), fp16(16), int8(16), fp16(2), int8(24), int8_tier(), int8_plain(), int8_dim(64), int8_dim(256),
+             int8_gate(), int8_wit()]
     n_good = n_bad = n_i8 = 0
     for it in range(iters):
         pool = pools[it % len(pools)]
         H, d = pool.num_kv_heads, pool.head_dim
-        plain = H == 8 or d != 128
+        plain = isinstance(pool, wc.KVPool) and pool.config.witness_bands == 0  # (Tier B: form (I))
         cert = wc.CertConfig(tier="A" if isinstance(pool, wc.Fp16Pool) else ("B" if plain else "AB"))
         # writes with arbitrary slots: out-of-range ones must be dropped, not written
         n = int(rng.integers(1, 40))

@@ -166,15 +166,27 @@ def test_cpu_twin_has_no_violations_on_adversarial_cases(kind, d):
     assert cells == 256 and (v2, v1) == (0, 0)
 
 
-@pytest.mark.parametrize("d", [64, 128, 256])
-def test_cpu_twin_is_close_to_the_fp32_path(d):
-    """Form (I) against the shipped fp32 path on ordinary inputs, at each head dim the kernel serves:
-    o and lse within fp32 noise, the certificate within 0.2% (both evaluation terms are a small
-    share of c_t)."""
+def _page_in_every(pool, indices, k):
+    """Page every ``k``-th page of the table in, for every kv head (the same pages on both backends)."""
+    for page in sorted(set(int(x) for x in np.asarray(indices)[::k])):
+        for h in range(pool.num_kv_heads):
+            pool.page_in(0, h, page)
+
+
+@pytest.mark.parametrize("d,exact,tier", [(64, False, "B"), (128, False, "B"), (256, False, "B"), (128, True, "B"),
+                                          (64, True, "B"), (128, False, "AB"), (256, False, "A")])
+def test_cpu_twin_is_close_to_the_fp32_path(d, exact, tier):
+    """Form (I) against the shipped fp32 path on ordinary inputs, at each head dim the kernel serves
+    and with pages served from the exact tier: o and lse within fp32 noise, the certificate and the
+    page contributions within 0.2% (both evaluation terms are a small share of c_t)."""
     rng = np.random.default_rng(4)
-    pool, (ip, ix, last, _), _, _ = filled_pool(rng, lengths=[300, 77, 1], H=2, d=d)
+    cfg = wc.QuantConfig(d, witness_bands=0 if tier == "B" else 16)
+    pool, (ip, ix, last, _), _, _ = filled_pool(rng, lengths=[300, 77, 1], H=2, d=d, cfg=cfg,
+                                                exact_tier_pages=32 * exact)
+    if exact:
+        _page_in_every(pool, ix, 3)
     q = rng.standard_normal((3, 8, d)).astype(np.float32)
-    cert = wc.CertConfig(tier="B", num_layers=1, steps=16)
+    cert = wc.CertConfig(tier=tier, num_layers=1, steps=16)
     kw = dict(layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=last, cert=cert, num_splits=3, page_contrib=True)
     pool.ledger.reset()
     f = wc.decode_attention(q, pool, **kw)
@@ -183,9 +195,18 @@ def test_cpu_twin_is_close_to_the_fp32_path(d):
         i = wc.decode_attention(q, pool, **kw)
     np.testing.assert_allclose(i.o, f.o, rtol=0, atol=2e-6 * np.abs(f.o).max())
     np.testing.assert_allclose(i.lse, f.lse, rtol=1e-6, atol=1e-5)
-    np.testing.assert_allclose(i.cmax, f.cmax, rtol=1e-3)
-    np.testing.assert_allclose(i.tv_bound, f.tv_bound, rtol=2e-3)
-    np.testing.assert_allclose(i.page_contrib, f.page_contrib, rtol=5e-3, atol=1e-7)
+    # (request 2's one token is on an exact page: its c_t is γ_t alone, whose height is form (I)'s
+    # exact-tier order's, a 64-channel chain and the warps' pairwise sum, against the CPU order's)
+    mixed = slice(0, 2) if exact else slice(None)
+    np.testing.assert_allclose(i.cmax[mixed], f.cmax[mixed], rtol=1e-3)
+    np.testing.assert_allclose(i.tv_bound[mixed], f.tv_bound[mixed], rtol=2e-3, atol=1e-4 if exact else 0)
+    if exact:
+        from witcert_cupy._cpu.decode import dot_height
+
+        h_i, h_f = certificate.sum_height(d, *certificate.FORM_I_EXACT_ORDER), dot_height(d)
+        want = certificate.dot_gamma(h_i) / certificate.dot_gamma(h_f)
+        np.testing.assert_allclose(i.cmax[2] / f.cmax[2], want, rtol=1e-3)
+    np.testing.assert_allclose(i.page_contrib, f.page_contrib, rtol=5e-3, atol=1e-4 if exact else 1e-7)
 
 
 def test_form_i_refuses_what_it_does_not_serve():
@@ -207,24 +228,37 @@ def _gpu_pools(seed, **kw):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("d,G,page,tier,pages", [
-    (128, 1, 16, "B", False), (128, 3, 16, "B", False), (128, 4, 1, "B", False), (128, 7, 16, "B", False),
-    (128, 8, 64, "B", False), (128, 4, 16, None, False), (128, 8, 1, None, False),
-    (128, 1, 16, "B", True), (128, 7, 16, "B", True), (128, 8, 16, "B", True),
-    (64, 1, 16, "B", False), (64, 8, 64, "B", False), (64, 4, 1, None, False), (64, 5, 16, "B", True),
-    (256, 2, 16, "B", False), (256, 8, 1, "B", False), (256, 7, 64, "B", False), (256, 3, 16, None, False)])
-def test_i8_kernel_matches_its_cpu_twin(d, G, page, tier, pages):
+@pytest.mark.parametrize("d,G,page,tier,pages,exact", [
+    (128, 1, 16, "B", False, False), (128, 3, 16, "B", False, False), (128, 4, 1, "B", False, False),
+    (128, 7, 16, "B", False, False), (128, 8, 64, "B", False, False), (128, 4, 16, None, False, False),
+    (128, 8, 1, None, False, False),
+    (128, 1, 16, "B", True, False), (128, 7, 16, "B", True, False), (128, 8, 16, "B", True, False),
+    (128, 7, 16, "B", True, True), (128, 2, 16, "B", True, True), (64, 8, 16, "B", True, True),
+    (64, 1, 16, "B", False, False), (64, 8, 64, "B", False, False), (64, 4, 1, None, False, False),
+    (64, 5, 16, "B", True, False),
+    (256, 2, 16, "B", False, False), (256, 8, 1, "B", False, False), (256, 7, 64, "B", False, False),
+    (256, 3, 16, None, False, False),
+    (128, 4, 16, "AB", False, False), (128, 7, 16, "A", False, False), (128, 8, 1, "AB", False, False),
+    (64, 3, 16, "AB", False, False), (256, 8, 16, "A", False, False)])
+def test_i8_kernel_matches_its_cpu_twin(d, G, page, tier, pages, exact):
     """decode_stage1_i8 against the CPU backend in form (I), at each head dim, with and without page
-    contributions: a one-token request's lse is its logit (the integer sums and their fp32
-    combination, value for value), every lse within fp32 noise, o by the flash-attention rule
-    against an fp16 attention on the same values, the certificate the twin's and sound against the
-    float64 TV, the page contributions the twin's (and the pages' lse_j summing to lse), at several
-    split counts (split invariance)."""
+    contributions, and with pages served from the exact tier: a one-token request's lse is its logit
+    (the integer sums and their fp32 combination, value for value), every lse within fp32 noise, o by
+    the flash-attention rule against an fp16 attention on the same values, the certificate the
+    twin's and sound against the float64 TV, the page contributions the twin's (and the pages' lse_j
+    summing to lse), at several split counts (split invariance)."""
     import cupy as cp
 
     H = 2
     lengths = [1, 31, 33, 700, 0, 1500]
-    (pc, tc, _, _), (pg, tg, _, _) = _gpu_pools(G + page + d, lengths=lengths, H=H, d=d, page_size=page)
+    # (a Tier-A term reads the witness: 16 bands at d = 128, 8 at 64, 64 at 256)
+    bands = {64: 8, 128: 16, 256: 64}[d] if tier and "A" in tier else 0
+    kw = dict(lengths=lengths, H=H, d=d, page_size=page, exact_tier_pages=256 * exact,
+              cfg=wc.QuantConfig(d, witness_bands=bands))
+    (pc, tc, _, _), (pg, tg, _, _) = _gpu_pools(G + page + d, **kw)
+    if exact:  # every third page of the table exact, on both backends
+        _page_in_every(pc, tc[1], 3)
+        _page_in_every(pg, tg[1], 3)
     q = (np.random.default_rng(G).standard_normal((len(lengths), H * G, d)) * 1.5).astype(np.float32)
     ip, ix, ll = on_device(pg, tg)
     cert = None if tier is None else wc.CertConfig(tier=tier, num_layers=2, steps=8)
@@ -235,8 +269,8 @@ def test_i8_kernel_matches_its_cpu_twin(d, G, page, tier, pages):
     P = int(np.diff(tc[0]).max()) if pages else 0
     for ns in (1, 5, None):
         plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns, stage1="i8", max_pages=P)
-        assert plan.stage1_template == f"decode_stage1_i8<{d}, {G}, {str(cert is not None).lower()}, " \
-                                       f"{str(pages).lower()}>"
+        assert plan.stage1_template == f"decode_stage1_i8<{d}, {G}, {certificate.tier_code(cert)}, " \
+                                       f"{str(pages).lower()}, {str(exact).lower()}>"
         plan.launch()
         rg = plan.result()
         assert tuple(rg.dot_order) == certificate.FORM_I_ORDER
@@ -248,6 +282,10 @@ def test_i8_kernel_matches_its_cpu_twin(d, G, page, tier, pages):
                 assert np.all(rg.o[b].get() == 0) and np.all(np.isneginf(lse_g[b]))
                 continue
             rows = reference.request_rows(pc, 0, pt, b)
+            if exact:  # the exact tier's tokens are the rows as written
+                on = np.isin(rows["slots"] // page, np.nonzero(pc.tier_map[0][0] >= 0)[0])
+                for side in ("k", "v"):
+                    rows[f"{side}_hat"][on] = rows[f"{side}_exact"][on]
             o64, lse64 = reference.attention(q[b], rows["k_hat"], rows["v_hat"])
             o16 = reference.attention_fp16(q[b], rows["k_hat"], rows["v_hat"])
             err = np.abs(rg.o[b].get() - o64).max(-1)
@@ -261,7 +299,9 @@ def test_i8_kernel_matches_its_cpu_twin(d, G, page, tier, pages):
             tv = reference.true_tv(q[b], rows["k_exact"], rows["k_hat"])
             assert np.all(tv <= rg.tv_bound[b].get())
         if pages:
-            np.testing.assert_allclose(rg.page_contrib.get(), rc.page_contrib, rtol=2e-4, atol=1e-7)
+            # (an exact-tier page's contribution is the difference of two nearly equal masses <= 1, so
+            # its resolution is fp32's at 1: a few 2^-23 apart between the backends' exponentials)
+            np.testing.assert_allclose(rg.page_contrib.get(), rc.page_contrib, rtol=2e-4, atol=2e-6 if exact else 1e-7)
             plse = plan.page_lse.get().astype(np.float64)
             for b, n in enumerate(lengths):
                 npg = -(-n // page)

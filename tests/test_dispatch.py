@@ -18,11 +18,19 @@ TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
     ({"G": 2}, ("v2", True)), ({"G": 3}, ("i8", True)),             # few heads per kv head: the staged tile
     ({"G": 4, "tokens": 4096}, ("v2", True)), ({"G": 7, "tokens": 4096}, ("i8", True)),  # short contexts
     ({"bits": 16}, ("v2", True)), ({"bits": 24}, ("v2", True)),   # other resolutions: staged tile
-    ({"tier": TIER_A, "num_bands": 16}, ("v2", False)),           # Tier A/AB: staged tile, general layout
-    ({"tier": TIER_A, "num_bands": 16, "certified": False}, ("v2", False)),
+    ({"tier": TIER_A, "num_bands": 16}, ("i8", False)),           # Tier A/AB: form (I) over 8–64 bands,
+    ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8}, ("v2", False)),  # at d = 128 by the measured rule
+    ({"tier": TIER_A | 2, "num_bands": 16, "G": 7, "tokens": 4096}, ("i8", False)),
+    ({"tier": TIER_A, "num_bands": 8, "head_dim": 64, "pairs": 2}, ("i8", False)),  # elsewhere at any size
+    ({"tier": TIER_A | 2, "num_bands": 64, "head_dim": 256}, ("i8", False)),
+    ({"tier": TIER_A, "num_bands": 4}, ("v2", False)),            # ... else the staged tile's general layout
+    ({"tier": TIER_A, "num_bands": 16, "page_outputs": True}, ("v2", False)),
     ({"outlier_channels": 4}, ("v2", False)),                     # outlier pairs, certified
     ({"outlier_channels": 4, "certified": False}, ("v2", False)),
     ({"exact_tier": True}, ("v2", False)),                        # every pool the gate accepts
+    ({"exact_tier": True, "page_outputs": True}, ("i8", False)),  # ... and the gate's steps on it
+    ({"exact_tier": True, "page_outputs": True, "head_dim": 64, "pairs": 2}, ("i8", False)),
+    ({"exact_tier": True, "page_outputs": True, "head_dim": 256}, ("v1", False)),
     ({"exact_tier": True, "fp16_store": True, "bits": 0, "tier": TIER_A}, ("v1", False)),
     ({"exact_tier": True, "fp16_store": True, "bits": 0, "certified": False}, ("v1", False)),
     ({"page_outputs": True}, ("i8", False)),                      # what the gate ranks by: form (I)

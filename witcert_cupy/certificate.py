@@ -62,6 +62,9 @@ def f32_up(x: float) -> np.float32:
 # The summation order of a logit formed by exact integer products (SPEC §6 form (I)): a result's
 # ``dot_order`` says so, and its evaluation term is :func:`form_i_gamma`'s, not a dot product's height.
 FORM_I_ORDER = (0, "int")
+# ... and of an exact-tier token's fp32 dot product in that kernel (its values are fp16, not stored
+# integers): a chain over each warp's 64 channels, the warps' sums added pairwise
+FORM_I_EXACT_ORDER = (64, "tree")
 
 
 def form_i_gamma() -> np.float32:

@@ -202,6 +202,8 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
 
     chunk, combine = cpu.DOT_ORDER  # (read per call: a test may run the CPU in a GPU kernel's order)
     form_i = (chunk, combine) == cert_mod.FORM_I_ORDER  # exact integer products (SPEC §6 form (I))
+    # the fp32 dot products' order: the CPU's own, a GPU kernel's, or under form (I) its exact-tier tokens'
+    dot_chunk, dot_combine = cert_mod.FORM_I_EXACT_ORDER if form_i else (chunk, combine)
     height = cpu.dot_height(q32.shape[-1]) if not form_i else None
 
     B, Hq, d = q32.shape
@@ -221,10 +223,11 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
                 u16(pool.outliers[layer, 1]), pool.bypass_ch[layer])
         quant = (k0, k1, cfg.dither_bits, cfg.group_size)
         if form_i:
-            if cfg.dither_bits != 8 or pool.bypass_ch.shape[-1] or getattr(pool, "tier_map", None) is not None:
-                raise ValueError("the form-(I) logit serves INT8 pools at 8-bit dither without outlier channels "
-                                 "or an exact tier")
-            scalars = (cert_mod.beta_steps(cfg.dither_bits), np.float32(0), np.float32(0))
+            if cfg.dither_bits != 8 or pool.bypass_ch.shape[-1]:
+                raise ValueError("the form-(I) logit serves INT8 pools at 8-bit dither without outlier channels")
+            # (an exact-tier token's fp32 dot product in the kernel's order for those tokens)
+            scalars = (cert_mod.beta_steps(cfg.dither_bits), np.float32(0),
+                       cert_mod.gamma_exact(cert_mod.sum_height(d, *cert_mod.FORM_I_EXACT_ORDER), sm_scale))
         else:
             scalars = cert_mod.kernel_scalars(height, sm_scale, cfg.dither_bits)
     else:  # stored fp16 values: no scales, outliers or dither
@@ -246,8 +249,8 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
     gam_part = np.empty((B, Hq, ns), np.float32)
     decode_stage1(np.ascontiguousarray(q32), *data, bands, pt.indptr, pt.indices, pt.last_page_len,
                   pool.page_size, np.float32(sm_scale), layer, pool.kv_head_offset, *quant, tier, logb, *scalars,
-                  ns, isinstance(pool, Fp16Pool), layer_map, tier_k, tier_v, bool(page_contrib), max(chunk, 1),
-                  combine == "tree", form_i, cert_mod.form_i_gamma(), o_part, lse_part, lam_part, cmax_part, gam_part, page_lse, page_lam)
+                  ns, isinstance(pool, Fp16Pool), layer_map, tier_k, tier_v, bool(page_contrib), max(dot_chunk, 1),
+                  dot_combine == "tree", form_i, cert_mod.form_i_gamma(), o_part, lse_part, lam_part, cmax_part, gam_part, page_lse, page_lam)
     o = np.empty((B, Hq, d), np.float32)
     lse = np.empty((B, Hq), np.float32)
     log_a = np.empty((B, Hq), np.float32)

@@ -13,6 +13,7 @@ from numba import njit, prange
 
 from .. import _contract as C
 from .bits import dither_row, f16_bits_to_f32
+from .form_i import _LOG2E
 from .form_i import logit2 as form_i_logit2
 from .form_i import query_split as form_i_query_split
 from .rounding import coef_up
@@ -154,8 +155,9 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
     """Stage 1 over work units ``(b, kv_head, split)``; the logits' dot products in the order
     ``(dot_chunk, dot_pairwise)`` (:func:`blocked_dot`), or with ``form_i`` as exact integer products
     (SPEC §6 form (I), :mod:`.form_i`: the twin of ``decode_stage1_i8``; an INT8 pool at 8-bit
-    dither without outlier channels or an exact tier, ``gamma_eval = certificate.form_i_gamma()``,
-    ``gamma_per_beta = 0``; its evaluation term joins β's coefficient per group).
+    dither without outlier channels, ``gamma_eval = certificate.form_i_gamma()``,
+    ``gamma_per_beta = 0``; its evaluation term joins β's coefficient per group; exact-tier tokens
+    take the fp32 dot product in ``(dot_chunk, dot_pairwise)``, the kernel's order for them).
 
     q : float32 ``[B, Hq, d]``; ``codes_* int8 [Hkv, N, d]``; ``scales_*``, ``outl_*``, ``wit_k``:
     fp16 bits ``uint16 [Hkv, N, *]``; ``bypass_ch int32 [Hkv, 2 n_pairs]``; ``band_ch int32 [B_w, *]``.
@@ -188,6 +190,7 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
     num_pages = N // page_size
     sm_m64, e_sm = math.frexp(np.float64(sm_scale))
     sm_m = np.float32(sm_m64)
+    sl2 = np.float32(np.float32(sm_scale) * _LOG2E)  # form (I): an exact-tier logit in log2 units, as the kernel's
     for unit in prange(B * Hkv * num_splits):
         b = unit // (Hkv * num_splits)
         h = (unit // num_splits) % Hkv
@@ -308,7 +311,8 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                     if head_bad[g]:
                         continue
                     ad = np.float32(0.0)  # Σ|q_c||x_c| over the exact channels of an INT8 pool's row
-                    if form_i:  # exact integer products, the logit in log2 units, then natural
+                    if form_i and te < 0:  # exact integer products, the logit in log2 units, then natural
+                        # (an exact-tier token: its fp32 dot product below, in the kernel's order for those)
                         lt = form_i_logit2(fdig[g], codes_k[h, slot], jp, ksc, group_size, fw1[g], fw2[g], fcc[g],
                                            fsc[g, 0], fsc[g, 1], fsc[g, 2]) * _LN2
                     else:
@@ -317,7 +321,7 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                             for c in range(d):
                                 if exact_ch[c]:
                                     ad += abs(qg[g, c]) * abs(kh[c])
-                        lt = sm_scale * dot
+                        lt = (dot * sl2) * _LN2 if form_i else sm_scale * dot
                     if not (lt <= _F32_MAX and lt >= -_F32_MAX):
                         head_bad[g] = True
                         continue

@@ -51,9 +51,10 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     -------
     (str, bool)
         ``'i8'`` (``decode_stage1_i8``: SPEC §6 form (I), INT8 pools at 8-bit dither with 32-channel
-        groups, d 64, 128 or 256, Tier B or no certificate, no outlier channels or exact tier, and
-        page contributions on 16-token pages up to d = 128), ``'f16'`` (``decode_stage1_f16``: fp16
-        stores), ``'v2'`` (``decode_stage1_v2``: INT8 pools) or ``'v1'`` (``decode_stage1``, which serves everything), and whether the PLAIN
+        groups, d 64, 128 or 256, no outlier channels, any tier (Tier A over 8–64 bands, a multiple
+        of 8); with Tier B alone page contributions on 16-token pages up to d = 128, and with them
+        an exact tier), ``'f16'`` (``decode_stage1_f16``: fp16 stores), ``'v2'`` (``decode_stage1_v2``:
+        INT8 pools) or ``'v1'`` (``decode_stage1``, which serves everything), and whether the PLAIN
         layout (INT8, Tier B or no certificate, no outlier channels, 32-channel groups, no exact
         tier, no page contributions) applies.
 
@@ -76,16 +77,19 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     plain = (not fp16_store and outlier_channels == 0 and group_size == V2_PLAIN_GROUP_SIZE and not tier & 1
              and not exact_tier and not page_outputs)
     f16_ok = fp16_store and layout_ok and not exact_tier and not page_outputs and num_bands <= 64
-    # the form-(I) kernel (decode_i8.cuh): 8-bit dither, 32-channel groups, no outlier channels,
-    # Tier-A term or exact tier; page contributions of a certified step on 16-token pages up to d = 128
+    # the form-(I) kernel (decode_i8.cuh): 8-bit dither, 32-channel groups, no outlier channels; a
+    # Tier-A term over 8–64 witness bands (multiples of 8); with Tier B alone page contributions of a
+    # certified step on 16-token pages up to d = 128, and with them the exact tier (the gate's steps)
+    i8_pages = (certified and not tier & 1 and page_size == geo.I8_PAGES_PAGE_SIZE
+                and head_dim <= geo.I8_PAGES_MAX_D)
     i8_ok = (not fp16_store and bits == 8 and outlier_channels == 0 and group_size == V2_PLAIN_GROUP_SIZE
-             and not tier & 1 and not exact_tier and unroll == 0 and head_dim in geo.I8_HEAD_DIMS
-             and (not page_outputs or (certified and page_size == geo.I8_PAGES_PAGE_SIZE
-                                       and head_dim <= geo.I8_PAGES_MAX_D)))
+             and unroll == 0 and head_dim in geo.I8_HEAD_DIMS and (not tier & 1 or num_bands in geo.I8_TIER_A_BANDS)
+             and (not page_outputs or i8_pages) and (not exact_tier or (page_outputs and i8_pages)))
     if requested == "i8" and not i8_ok:
         raise ValueError("decode_stage1_i8 serves INT8 pools at 8-bit dither with 32-channel groups and d 64, 128 or "
-                         "256, no outlier channels or exact tier, Tier B or no certificate, and page contributions "
-                         "of certified steps on 16-token pages up to d=128")
+                         "256, no outlier channels, a Tier-A term over 8 to 64 witness bands (a multiple of 8), "
+                         "page contributions of Tier-B steps on 16-token pages up to d=128, and an exact tier with "
+                         "those page contributions")
     if requested == "v2" and not v2_ok:
         raise ValueError("decode_stage1_v2 serves d=128 INT8 pools, and page contributions only of certified "
                          "steps on pages of at most 32 tokens")
@@ -95,9 +99,11 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
         return requested, plain
     if f16_ok:
         return "f16", plain
-    # (where the staged tile's PLAIN layout does not serve, its general layout or the general kernel
-    # would: both slower than form (I) in every measured shape, docs/performance.md)
-    if i8_ok and (not (plain and layout_ok) or geo.i8_serves(G, pairs, tokens)):
+    # at d = 128 without page contributions the staged tile serves too (PLAIN, or its general layout
+    # with a Tier-A term): the measured rule; elsewhere form (I) (page contributions: the staged
+    # tile's general layout or the general kernel, both slower in every measured shape,
+    # docs/performance.md)
+    if i8_ok and (not (v2_ok and not page_outputs) or geo.i8_serves(G, pairs, tokens)):
         return "i8", plain
     if v2_ok:
         return "v2", plain
@@ -154,11 +160,12 @@ class DecodePlan:
             self.stage1_template = f"decode_stage1_f16<{G}, {certified}>"
             self.stage1 = kernel("decode_f16.cu", None, self.stage1_template)
             self.smem1 = f16_smem_bytes(G, dev.num_bands, cert_mod.tier_code(cert) & 1)
-        elif stage1 == "i8":  # (head dim, G, certified, page contributions); one source file per head dim
-            c, pg = ("true" if cert is not None else "false"), ("true" if P > 0 else "false")
-            self.stage1_template = f"decode_stage1_i8<{d}, {G}, {c}, {pg}>"
+        elif stage1 == "i8":  # (head dim, G, tier code, page contributions, exact tier); a file per head dim
+            b_ = lambda x: "true" if x else "false"  # noqa: E731
+            exact, tc = p.tier_map_dev is not None, cert_mod.tier_code(cert)
+            self.stage1_template = f"decode_stage1_i8<{d}, {G}, {tc}, {b_(P > 0)}, {b_(exact)}>"
             self.stage1 = kernel(f"decode_i8_d{d}.cu", None, self.stage1_template)
-            self.smem1 = geo.i8_smem_bytes(d)
+            self.smem1 = geo.i8_smem_bytes(d, exact, dev.num_bands if tc & 1 else 0)
         elif stage1 == "v2":  # the second template argument: dither bits
             # the third: the default layout as constants (no outlier channels, 32-channel groups, no
             # Tier-A term; decode_v2.cu), the same results in less code
@@ -199,8 +206,10 @@ class DecodePlan:
         # the certificate's per-launch constants (SPEC §4.1: the kernel's own evaluation term, for the
         # summation order of the instantiation chosen above)
         self.dot_order = geo.stage1_dot_order(stage1, d, G, split=split, plain=stage1 == "v2" and plain)
-        if stage1 == "i8":  # exact integer products: β, and the form-(I) term formed in the kernel
-            beta, gpb, gex = cert_mod.beta_steps(bits), np.float32(0), np.float32(0)
+        if stage1 == "i8":  # exact integer products: β, and the form-(I) term formed in the kernel; an
+            # exact-tier token's fp32 dot product in its own order (certificate.FORM_I_EXACT_ORDER)
+            beta, gpb = cert_mod.beta_steps(bits), np.float32(0)
+            gex = cert_mod.gamma_exact(cert_mod.sum_height(d, *cert_mod.FORM_I_EXACT_ORDER), sm_scale)
         else:
             beta, gpb, gex = cert_mod.kernel_scalars(cert_mod.sum_height(d, *self.dot_order), sm_scale,
                                                      None if dev.fp16_store else bits)
@@ -223,11 +232,14 @@ class DecodePlan:
                           np.float32(gex))
         elif self.kernel_name == "i8":
             pages = (self.page_lse, self.page_lam) if P > 0 else (np.uint64(0), np.uint64(0))
+            tier, tier_dims = self._exact_tier(layer)
             self.args1 = (self.q, data, scales, self.ip, self.ix, self.ll, self.o_part, self.lse_part, self.lam_part,
-                          self.cmax_part, self.gam_part, *pages, np.int64(p.num_slots), _i32(p.num_kv_heads),
-                          _i32(layer), _i32(p.kv_head_offset), _i32(int(math.log2(p.page_size))), _i32(p.num_pages),
-                          _i32(self.ix.shape[0]), _i32(ns), _i32(P), np.uint32(k0), np.uint32(k1),
-                          np.float32(sm_scale), np.float32(logb), np.float32(beta), cert_mod.form_i_gamma())
+                          self.cmax_part, self.gam_part, *pages, *tier, wit, dev.band_ch, np.int64(p.num_slots),
+                          _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset), _i32(int(math.log2(p.page_size))),
+                          _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns), _i32(P), *tier_dims,
+                          _i32(dev.num_bands), np.uint32(k0), np.uint32(k1),
+                          np.float32(sm_scale), np.float32(logb), np.float32(beta), cert_mod.form_i_gamma(),
+                          np.float32(gex))
         elif self.kernel_name == "v2":
             tier, tier_dims = self._exact_tier(layer)
             pages = (self.page_lse, self.page_lam) if P > 0 else (np.uint64(0), np.uint64(0))

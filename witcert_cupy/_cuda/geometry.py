@@ -97,12 +97,14 @@ def stage1_dot_height(kernel: str, head_dim: int, G: int, *, split: bool, plain:
 # decode_stage1_i8 (cuda/decode_i8.cuh): one warp per I8_WARP_CH channels (the kernel's I8_WARP_CH:
 # tests/test_cuda_compile.py checks the two agree), head dims I8_HEAD_DIMS, page contributions on
 # pages of I8_PAGES_PAGE_SIZE tokens up to I8_PAGES_MAX_D (a warp's certified blocks are whole
-# pages); its default split count fills one wave of its resident CTAs with splits of at least one
+# pages), and with them the exact tier (the gate's steps); its default split count fills one wave of its resident CTAs with splits of at least one
 # 32-token tile, at most I8_MAX_SPLITS (decode_merge's prefetch holds 128)
 I8_WARP_CH = 64
 I8_HEAD_DIMS = (64, 128, 256)
 I8_PAGES_PAGE_SIZE = 16
 I8_PAGES_MAX_D = 128
+# its Tier-A term stages each token's witness row in 16-byte pieces: 8 to 64 bands, a multiple of 8
+I8_TIER_A_BANDS = (8, 16, 24, 32, 40, 48, 56, 64)
 I8_MAX_SPLITS = 128
 I8_MIN_TOKENS = 32
 # ... and the library picks it where it beat the staged tile (bench/decode.py --shapes, one process per
@@ -123,16 +125,22 @@ def i8_threads(head_dim):
     return 32 * (head_dim // I8_WARP_CH)
 
 
-def i8_smem_bytes(head_dim):
+def i8_smem_bytes(head_dim, exact=False, num_bands=0):
     """decode_stage1_i8's dynamic shared memory in bytes at ``head_dim``: ``sizeof(I8Smem<D>)`` of
-    cuda/decode_i8.cuh (the kernel traps when launched with less).  Per warp two buffers of staged
-    K and V rows (64 bytes each, 32 tokens) and one tile of dither fields per side, K scales of every
-    group and V scales of its two per token and buffer, and the partial logits of 8 heads per buffer;
-    per head and group the constants (16 bytes) and the query digits (24 bytes); the λ exchange of
-    the warps after the first."""
+    cuda/decode_i8_geometry.cuh, with the exact tier (``exact``) ``I8_EXACT_SMEM(D)`` beyond it, and
+    with a Tier-A term over ``num_bands`` witness bands ``I8_TIER_A_SMEM(D, NB)`` (the kernel traps
+    when launched with less).  Per warp two buffers of staged K and V rows (64 bytes each, 32
+    tokens) and one tile of dither fields per side, K scales of every group and V scales of its two
+    per token and buffer, and the partial logits of 8 heads per buffer; per head and group the
+    constants (16 bytes) and the query digits (24 bytes); the end's exchange of the warps after the
+    first (4 floats a lane); with the exact tier, a partial Σ|q||k| per warp, head and token of each
+    buffer; with Tier A, each warp's staged witness rows per buffer, and per head the band
+    coefficients and the evaluation term's per-group coefficients."""
     nw, ng = head_dim // I8_WARP_CH, head_dim // 32
     per_warp = 2 * 2 * 32 * 64 + 2 * 32 * 64 + 2 * 32 * ng * 2 + 2 * 32 * 2 * 2 + 2 * 8 * 32 * 4
-    return nw * per_warp + 8 * ng * (16 + 4 * 16 + 4 * 8) + max(nw - 1, 1) * 32 * 3 * 4
+    base = nw * per_warp + 8 * ng * (16 + 4 * 16 + 4 * 8) + max(nw - 1, 1) * 32 * 4 * 4
+    tier_a = 2 * nw * 32 * num_bands * 2 + 8 * num_bands * 4 + 8 * ng * 4 if num_bands else 0
+    return base + (2 * nw * 8 * 32 * 4 if exact else 0) + tier_a
 
 
 def i8_serves(G, pairs, tokens):
