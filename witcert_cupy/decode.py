@@ -239,7 +239,8 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
         quant = (0, 0, 8, d)
         scalars = cert_mod.kernel_scalars(height, sm_scale, None)
     if getattr(pool, "tier_map", None) is None:  # no exact tier: every page is quantized
-        layer_map = np.broadcast_to(np.int32(-1), (pool.num_kv_heads, pool.num_pages))  # no allocation
+        # (a writable C-ordered map, the same array type as a tier's: one numba specialization, not two)
+        layer_map = np.full((pool.num_kv_heads, pool.num_pages), -1, np.int32)
         tier_k = tier_v = np.zeros((1, pool.page_size, d), np.uint16)
     else:
         layer_map, tier_k, tier_v = pool.tier_map[layer], u16(pool.tier_k), u16(pool.tier_v)
