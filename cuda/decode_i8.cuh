@@ -1,9 +1,9 @@
 // decode_i8.cuh — stage 1 of the split-KV decode in SPEC §6's form (I): the logits as exact integer
 // tensor-core products of the stored code and dither bytes with a three-digit integer split of the
 // power-of-two-scaled query, the values as integer products of the same bytes with three digits of
-// p̃·s.  INT8 pools at d = 64, 128 or 256, 8-bit dither, scale groups of 32, Tier B (or no
-// certificate), no outlier channels or Tier-A term; per-page contributions (pages of 16 tokens,
-// d ≤ 128), and with them the exact tier (the gate's steps).  One file per head dim instantiates
+// p̃·s.  INT8 pools at d = 64, 128 or 256, 8-bit dither, scale groups of 32, no outlier channels,
+// Tier A, B, AB (8–64 witness bands, a multiple of 8) or no certificate; with Tier B per-page
+// contributions (pages of 16 tokens, d ≤ 128), and with them the exact tier (the gate's steps).  One file per head dim instantiates
 // it (decode_i8_d64.cu, ...: the compiles stay short).
 //
 // decode_stage1_i8<D, G, TIER, PAGES, EXACT>: grid (num_splits, Hkv, B), D / 64 warps per CTA serving the

@@ -135,6 +135,13 @@ def kernel_scalars(dot_height: int, sm_scale: float, dither_bits: int | None):
     return beta_steps(dither_bits), gamma_per_beta(dot_height, dither_bits), gamma_exact(dot_height, sm_scale)
 
 
+def form_i_scalars(head_dim: int, sm_scale: float):
+    """:func:`kernel_scalars` of a form-(I) launch (SPEC §6, 8-bit dither): β, no evaluation term
+    per unit of β (the quantized channels' is :func:`form_i_gamma`, formed from the integer sums),
+    and an exact-tier token's fp32 dot product in :data:`FORM_I_EXACT_ORDER`."""
+    return beta_steps(8), np.float32(0), gamma_exact(sum_height(head_dim, *FORM_I_EXACT_ORDER), sm_scale)
+
+
 def tc_gamma_steps(group_size: int, num_groups: int) -> np.float32:
     """The tensor-core extend kernel's evaluation term per unit of ``sm·s_g·Q1_g`` (rounded up): its
     fp32 tensor-core accumulation of each group's products and the fp32 combination of the groups

@@ -225,9 +225,7 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
         if form_i:
             if cfg.dither_bits != 8 or pool.bypass_ch.shape[-1]:
                 raise ValueError("the form-(I) logit serves INT8 pools at 8-bit dither without outlier channels")
-            # (an exact-tier token's fp32 dot product in the kernel's order for those tokens)
-            scalars = (cert_mod.beta_steps(cfg.dither_bits), np.float32(0),
-                       cert_mod.gamma_exact(cert_mod.sum_height(d, *cert_mod.FORM_I_EXACT_ORDER), sm_scale))
+            scalars = cert_mod.form_i_scalars(d, sm_scale)
         else:
             scalars = cert_mod.kernel_scalars(height, sm_scale, cfg.dither_bits)
     else:  # stored fp16 values: no scales, outliers or dither

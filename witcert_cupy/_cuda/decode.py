@@ -17,6 +17,11 @@ from .launch import _i32, _pdl, bind_merge, launch_query
 from .pdl import Launcher
 
 
+def _cpp_bool(x):
+    """A template argument's C++ spelling of ``x``."""
+    return "true" if x else "false"
+
+
 def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unroll, group_size, num_bands,
                   outlier_channels, tier, certified, page_size=16, G=8, pairs=geo.I8_MIN_PAIRS,
                   tokens=geo.I8_LONG_TOKENS, requested="auto"):
@@ -156,14 +161,12 @@ class DecodePlan:
         self.block1 = {"v2": V2_THREADS, "f16": 32 * npipe, "i8": geo.i8_threads(d)}.get(stage1, 128)
         self.smem1 = 0  # dynamic shared memory of stage 1
         if stage1 == "f16":  # the certified instantiation keeps λ's sums; the other has none
-            certified = "true" if cert is not None else "false"
-            self.stage1_template = f"decode_stage1_f16<{G}, {certified}>"
+            self.stage1_template = f"decode_stage1_f16<{G}, {_cpp_bool(cert is not None)}>"
             self.stage1 = kernel("decode_f16.cu", None, self.stage1_template)
             self.smem1 = f16_smem_bytes(G, dev.num_bands, cert_mod.tier_code(cert) & 1)
         elif stage1 == "i8":  # (head dim, G, tier code, page contributions, exact tier); a file per head dim
-            b_ = lambda x: "true" if x else "false"  # noqa: E731
             exact, tc = p.tier_map_dev is not None, cert_mod.tier_code(cert)
-            self.stage1_template = f"decode_stage1_i8<{d}, {G}, {tc}, {b_(P > 0)}, {b_(exact)}>"
+            self.stage1_template = f"decode_stage1_i8<{d}, {G}, {tc}, {_cpp_bool(P > 0)}, {_cpp_bool(exact)}>"
             self.stage1 = kernel(f"decode_i8_d{d}.cu", None, self.stage1_template)
             self.smem1 = geo.i8_smem_bytes(d, exact, dev.num_bands if tc & 1 else 0)
         elif stage1 == "v2":  # the second template argument: dither bits
@@ -176,8 +179,7 @@ class DecodePlan:
             self.stage1_template = f"decode_stage1_v2<{G}, {bits}, {layout}>"
             self.stage1 = kernel("decode_v2.cu", None, self.stage1_template)
         else:
-            fp16 = "true" if dev.fp16_store else "false"
-            self.stage1_template = f"decode_stage1<{d}, {G}, {fp16}, {unroll}>"
+            self.stage1_template = f"decode_stage1<{d}, {G}, {_cpp_bool(dev.fp16_store)}, {unroll}>"
             self.stage1 = kernel("decode.cu", None, self.stage1_template)
         if self.smem1 > self.stage1.max_dynamic_shared_size_bytes:  # (beyond 48 KB: opt in)
             self.stage1.max_dynamic_shared_size_bytes = self.smem1
@@ -206,10 +208,8 @@ class DecodePlan:
         # the certificate's per-launch constants (SPEC §4.1: the kernel's own evaluation term, for the
         # summation order of the instantiation chosen above)
         self.dot_order = geo.stage1_dot_order(stage1, d, G, split=split, plain=stage1 == "v2" and plain)
-        if stage1 == "i8":  # exact integer products: β, and the form-(I) term formed in the kernel; an
-            # exact-tier token's fp32 dot product in its own order (certificate.FORM_I_EXACT_ORDER)
-            beta, gpb = cert_mod.beta_steps(bits), np.float32(0)
-            gex = cert_mod.gamma_exact(cert_mod.sum_height(d, *cert_mod.FORM_I_EXACT_ORDER), sm_scale)
+        if stage1 == "i8":  # exact integer products: β, and the form-(I) term formed in the kernel
+            beta, gpb, gex = cert_mod.form_i_scalars(d, sm_scale)
         else:
             beta, gpb, gex = cert_mod.kernel_scalars(cert_mod.sum_height(d, *self.dot_order), sm_scale,
                                                      None if dev.fp16_store else bits)

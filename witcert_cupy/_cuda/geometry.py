@@ -97,8 +97,9 @@ def stage1_dot_height(kernel: str, head_dim: int, G: int, *, split: bool, plain:
 # decode_stage1_i8 (cuda/decode_i8.cuh): one warp per I8_WARP_CH channels (the kernel's I8_WARP_CH:
 # tests/test_cuda_compile.py checks the two agree), head dims I8_HEAD_DIMS, page contributions on
 # pages of I8_PAGES_PAGE_SIZE tokens up to I8_PAGES_MAX_D (a warp's certified blocks are whole
-# pages), and with them the exact tier (the gate's steps); its default split count fills one wave of its resident CTAs with splits of at least one
-# 32-token tile, at most I8_MAX_SPLITS (decode_merge's prefetch holds 128)
+# pages), and with them the exact tier (the gate's steps); its default split count fills one wave
+# of its resident CTAs with splits of at least one 32-token tile, at most I8_MAX_SPLITS
+# (decode_merge's prefetch holds 128)
 I8_WARP_CH = 64
 I8_HEAD_DIMS = (64, 128, 256)
 I8_PAGES_PAGE_SIZE = 16
