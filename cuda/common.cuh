@@ -36,6 +36,8 @@ typedef unsigned char u8;
 #define NAN __int_as_float(0x7fffffff)
 #endif
 #define WC_F32_MIN_NORMAL 1.1754943508222875e-38f
+// the largest finite fp16's bits: |x|'s bits above it are +inf or a NaN
+#define WC_FP16_MAX_BITS (WC_FP16_INF - 1u)
 // log2(e) as the float nearest it: the decodes keep logits in log2 units (exp2)
 #define WC_LOG2E 1.4426950408889634f
 // log2(e) rounded up, and ln 2 as a float (which is above it): bounds carried into and out of log2
@@ -106,18 +108,33 @@ WC_D float quotient_rn(float x, float b, float rcp) {
     return __fmaf_rn(__fmaf_rn(-b, q, x), rcp, q);
 }
 
+// The fp16 bits of a scale group's scale from its amax's fp16 bits (finite, non-negative):
+// fp16(fp32(amax / SCALE_DIVISOR)) rounded up, 0 for amax = 0 (SPEC §3, the twin's division).  The
+// quotient by quotient_rn with the divisor's reciprocal (the divisor 126.5 is itself an fp16, so
+// the every-fp16-pair check covers it), the rounding up to fp16 by the hardware conversion (the
+// quotient is a normal fp32 number below 65504 / 126.5: no overflow, nothing to flush).
+// tests/test_gpu.py compares it with f32_to_f16_ru(__fdiv_rn(amax, 126.5)) for every finite amax.
+WC_D u32 scale_f16_of_amax(u32 amax_bits) {
+    if (amax_bits == 0u) return 0u;
+    const float d = (float)WC_SCALE_DIVISOR;
+    const float q = quotient_rn(f16_to_f32((u16)amax_bits), d, __frcp_rn(d));
+    unsigned short r;
+    asm("cvt.rp.f16.f32 %0, %1;" : "=h"(r) : "f"(q));
+    return r;
+}
+
 // next float32 above a finite x > 0; 0 and inf are returned unchanged (only used on magnitudes).
 WC_D float next_up(float x) {
     return (x > 0.0f && x <= WC_F32_MAX) ? f32_from_bits(f32_bits(x) + 1u) : x;
 }
 
-// An upper bound on e*e for e >= 0 that is identical with or without flush-to-zero: products
-// below the smallest normal become that normal (docs/certificate.md §3).
-WC_D float square_up(float e) {
-    if (e == 0.0f) return 0.0f;
-    float s = __fmul_rn(e, e);
-    return s < WC_F32_MIN_NORMAL ? WC_F32_MIN_NORMAL : next_up(s);
-}
+// |a − b| rounded up (a, b finite)
+WC_D float abs_diff_up(float a, float b) { return fmaxf(__fsub_ru(a, b), __fsub_ru(b, a)); }
+
+// max(e·e rounded up, smallest normal) for a finite e >= 0: an upper bound on e² that is the same
+// with or without flush-to-zero (a product flushed to zero becomes the smallest normal, which is
+// above it; docs/certificate.md §3).
+WC_D float square_term_up(float e) { return fmaxf(__fmul_ru(e, e), WC_F32_MIN_NORMAL); }
 #endif  // __CUDA_ARCH__
 
 #ifdef __CUDA_ARCH__

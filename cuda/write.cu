@@ -1,13 +1,13 @@
 // write.cu — the write path (SPEC §3) and the small elementwise kernels of the public API.
 //
-// write_rows_<d>_<bits>_c<cpt>: grid (ceil(n / (256 / (d / cpt))), Hkv * sides), block 256: a thread
-//   per cpt channels of a row (32 at 8 bits without a witness, else 16; d in {64, 128, 256}; the
-//   layout is described at write_rows_impl).
+// write_rows_<d>_<bits>[_wit]: grid (ceil(n / (256 / (d / 32))), Hkv * sides), block 256: a thread
+//   per 32 channels of a row (d in {64, 128, 256}; the layout is described at write_rows_impl);
+//   `_wit`: the pool stores a witness.
 //   Reads the input row (fp16/fp32/bf16/fp64, rounded to fp16 on entry), writes int8 codes, fp16
 //   scales, exact outlier values and the witness straight into the paged pool at `slots`, and the
 //   exact fp16 row to the host backing store when `exact` is not null (mapped pinned memory).
-//   Shared memory: static, 256 * cpt * 5 bytes (the witness sums).  Bit-for-bit twin of
-//   _cpu/write.py::write_rows.
+//   Shared memory (`_wit`): static, 256 rows · (d + d/8) · 4 bytes / (d / 32) = 36 KB (the squared
+//   residuals of the block's rows).  Bit-for-bit twin of _cpu/write.py::write_rows.
 //   head_base: the pool's first kv head in the model (tensor parallel shards): the dither stream is
 //   keyed by the global kv head, so a shard stores the same codes as a single-GPU pool.
 // dequant_rows: grid (n, Hkv), block d: x̂ = s16 * (k - ξ), bypassed channels exact.
@@ -31,16 +31,17 @@ __device__ __forceinline__ u16 load_as_f16(const void* base, i64 idx, int dtype)
     return (u16)f64_to_f16_rn(((const double*)base)[idx]);
 }
 
-// fp16 bits of ||x̂_b − x_b|| (1 + 2^-20), rounded up, from the rounded-up squares err2[] of the
-// band's channels in list order: the same sequential sum as the CPU twin, hence bit-identical.
-__device__ __forceinline__ u16 band_witness(const float* err2, const u8* byp, const int* channels, int per) {
-    float acc = 0.0f;
-    for (int jj = 0; jj < per; ++jj) {
-        const int ch = channels[jj];
-        if (byp[ch]) continue;
-        acc = next_up(__fadd_rn(acc, err2[ch]));
-    }
+// fp16 bits of ||x̂_b − x_b|| (1 + 2^-20), rounded up, from the rounded-up sum of the band's squares
+__device__ __forceinline__ u16 witness_f16_of_sum(float acc) {
     return (u16)f32_to_f16_ru(__fmul_rn(next_up(sqrtf(acc)), (float)WC_WITNESS_MARGIN));
+}
+
+// ... from the rounded-up squares err2[] of the band's channels in list order, each addition
+// rounded up: the same sequential sum as the CPU twin, hence bit-identical.
+__device__ __forceinline__ u16 band_witness(const float* err2, const int* channels, int per) {
+    float acc = 0.0f;
+    for (int jj = 0; jj < per; ++jj) acc = __fadd_ru(acc, err2[channels[jj]]);
+    return witness_f16_of_sum(acc);
 }
 
 // ξ of channel c of one row; lanes of one Philox call share it through shuffles (the call's
@@ -59,13 +60,13 @@ __device__ __forceinline__ float row_xi(int c, u32 slot, int side, int layer, in
     return xi_of(s, c % pc, bits);
 }
 
-// Channels per thread in write_rows (CPT, in the entry's name): 32 at 8-bit dither without a
-// witness (two Philox calls, two 16-byte code stores, at fp16 input four 16-byte loads), else 16
-// (16 and 24 bits: two and four calls, whose words would not fit twice; with a witness the band
-// sums, one lane each, would be shared by half the lanes).  Why 32: the kernel is issue-bound and a
-// row's fixed work (indices, bounds, scale, reciprocal, reductions) is shared by twice the channels
-// (docs/performance.md).  The GPU requires group_size % 16 == 0 (_cuda.check_gpu_config): a thread
+// write_rows works on 32 channels per thread (WR_CPT) at every dither width: a row's fixed work
+// (indices, bounds, the group amax, the scale and its reciprocal, the reductions) is shared by 32
+// channels, and the kernel is issue-bound (docs/performance.md).  The Philox calls of a thread (2,
+// 4 or 8 at 8, 16 or 24 bits) are written where their words are used, so ptxas keeps one or two
+// calls' words live.  The GPU requires group_size % 16 == 0 (_cuda.check_gpu_config): a thread
 // holds one or two whole scale groups, or a group spans whole threads.
+#define WR_CPT 32
 #define WR_LOAD 16  // channels per load_f16x16
 #define WR_THREADS 256
 
@@ -93,27 +94,36 @@ __device__ __forceinline__ void load_f16x16(const void* base, i64 idx, int dtype
     }
 }
 
-// ξ of element e (< per_call) of one Philox call, times xi_unscale<BITS>()^-1, exact.  At 8 bits the
-// dither byte j goes into the mantissa of 2^23 + 256 j (one byte permute), and the subtraction
-// leaves 256 (j − 127.5) exactly = ξ · 2^16 (SPEC §2: ξ = (2j + 1 − 256) / 512); the other widths
-// return ξ itself.
+// ξ of element e (< per_call) of one Philox call times 2^U (U = xi_unscale_log2<BITS>), exact, from
+// the field j without an integer-to-float conversion where the field fits a mantissa (SPEC §2:
+// ξ = (2j + 1 − 2^m) / 2^(m+1)):
+//   8 bits: the byte j in the mantissa of 2^23 + 256 j (one byte permute) minus 2^23 + 256·127.5
+//           leaves 256 (j − 127.5) = ξ·2^16;
+//   16 bits: 2^23 + 2j minus 2^23 + 65535 leaves 2j − 65535 = ξ·2^17;
+//   24 bits: 2j exceeds a mantissa: ξ = j·2^-24 + (2^-25 − 1/2) in one fma, exact (ξ·2^25 is an
+//            integer below 2^24 in magnitude).
 template <int BITS>
 __device__ __forceinline__ float xi_scaled(const u32x4& w, int e) {
     if constexpr (BITS == 8) {
         const u32 t = __byte_perm(word_of(w, e >> 2), 0x4B000000u, 0x7504u | ((u32)(e & 3) << 4));
         return __fsub_rn(__uint_as_float(t), 8421248.0f);  // 2^23 + 256 * 127.5
+    } else if constexpr (BITS == 16) {
+        const u32 wd = word_of(w, e >> 1);
+        const u32 j2 = (e & 1) ? ((wd >> 15) & 0x1FFFEu) : ((wd << 1) & 0x1FFFEu);
+        return __fsub_rn(__uint_as_float(0x4B000000u | j2), 8454143.0f);  // 2^23 + 65535
     } else {
-        return xi_of(w, e, BITS);
+        static_assert(BITS == 24, "8, 16 or 24 dither bits");
+        return __fmaf_rn((float)(word_of(w, e) >> 8), 0x1p-24f, 0x1p-25f - 0.5f);
     }
 }
 
 template <int BITS>
-__device__ __forceinline__ constexpr float xi_unscale() { return BITS == 8 ? 0x1p-16f : 1.0f; }
+__device__ __forceinline__ constexpr float xi_unscale() { return BITS == 8 ? 0x1p-16f : (BITS == 16 ? 0x1p-17f : 1.0f); }
 
-// max that propagates NaN (max.NaN.f32, sm_80+): a NaN anywhere in a group must poison its scale
-__device__ __forceinline__ float fmax_nan(float a, float b) {
-    float r;
-    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+// lane-wise max of two pairs of 16-bit unsigned integers (max.u16x2, sm_90)
+__device__ __forceinline__ u32 max_u16x2(u32 a, u32 b) {
+    u32 r;
+    asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
     return r;
 }
 
@@ -121,38 +131,52 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
 // and the low byte of the sum's bits is that integer as an int8.
 #define WR_RINT_MAGIC 12582912.0f
 
-// write_rows: grid (ceil(n / rows per block), H · nsides), block WR_THREADS.  CPT
-// channels of one row (token i, kv head h, side) per thread, D / CPT threads per row (a power of two
-// that divides 32: a row never leaves its warp), WR_THREADS / (D / CPT) consecutive tokens of one (kv head,
+// The witness staging row: channel c of a row at c + 4·(c / 32) floats, rows D + D/8 floats apart,
+// so that each quarter-warp's 16-byte stores of its lanes' four channels fall on distinct banks at
+// every head dim (two, four or eight lanes a row).
+template <int D>
+__device__ __forceinline__ constexpr int wr_wit_stride() { return D + D / 8; }
+__device__ __forceinline__ int wr_wit_at(int c) { return c + 4 * (c >> 5); }
+
+// The running sum of one band's squared residuals (rounded up; a bypassed channel's term is 0,
+// which leaves the sum exact), each addition rounded up: _cpu/write.py::band_witness's chain, in
+// its order, given the term of each step.
+__device__ __forceinline__ float wr_chain(float acc, float e) { return __fadd_ru(acc, e); }
+
+// write_rows: grid (ceil(n / rows per block), H · nsides), block WR_THREADS.  32 channels of one
+// row (token i, kv head h, side) per thread, TPR = D / 32 threads per row (a power of two that
+// divides 32: a row never leaves its warp), WR_THREADS / TPR consecutive tokens of one (kv head,
 // side) per block, so the block's code rows are contiguous in the pool and no thread divides a
-// 64-bit index.  Each thread computes its own Philox call(s): every call runs once per row.
-// Group amax and the non-finite flags reduce with shuffles over the row's lanes; the witness bands
-// are summed sequentially by one lane each from shared memory (the CPU twin's order).  x / sb is
-// the IEEE quotient from the group's reciprocal (quotient_rn, checked against division for every
-// fp16 pair by tests/test_gpu.py); every other operation is the twin's, so codes, scales,
-// outliers and witness are bit-identical to _cpu/write.py::write_rows.
-template <int D, int BITS, int CPT>
+// 64-bit index.  Each thread computes its own Philox calls: every call runs once per row.
+// Group amax and the non-finite flags reduce with shuffles over the row's lanes, on the fp16 bits
+// (|x|'s bits order like |x|, and every NaN's bits lie above +inf's, so the integer maximum is the
+// NaN-propagating maximum).  x / sb is the IEEE quotient from the group's reciprocal (quotient_rn,
+// checked against division for every fp16 pair by tests/test_gpu.py); every other operation is
+// the twin's, so codes, scales, outliers and witness are bit-identical to _cpu/write.py::write_rows.
+// Witness (WIT): each lane stages its channels' rounded-up squared residuals in shared memory, then
+// lane tr of a row sums bands tr, tr + TPR, ... in the twin's band order: band_channels' bands of
+// whole RoPE pairs (config.band_channels), consecutive channels (GPT-J) or pairs {i, i + D/2}
+// (NeoX, `neox`), `per` channels a band.
+template <int D, int BITS, bool WIT>
 __device__ __forceinline__ void write_rows_impl(
     const void* __restrict__ xk, const void* __restrict__ xv, int in_dtype, int vec,
     const i64* __restrict__ slots,       // [n] dither slot of each row
     const i64* __restrict__ dest_rows,   // [n] storage row (the slot in a pool)
     int n, int H, i64 N, int layer, int head_base, int plane_layer, int side0, int nsides,
     int gs_shift,                        // log2 of the group size (d is a power of two, so is every group size)
-    int NP2, int NB,
+    int NP2, int NB, int neox,
     const int* __restrict__ bypass_ch,   // [H, NP2] of this layer
-    const int* __restrict__ band_ch,     // [NB, D / NB]
     u32 k0, u32 k1,
     i8* __restrict__ codes, u16* __restrict__ scales, u16* __restrict__ outl, u16* __restrict__ wit,
     u16* __restrict__ exact,             // host-mapped [L, 2, H, N, D] or null
     unsigned long long* __restrict__ counters) {  // [0]: non-finite rows, [1]: rows with a bad slot
+    constexpr int CPT = WR_CPT;
     constexpr int TPR = D / CPT;                           // threads per row
     constexpr int RPB = WR_THREADS / TPR;                  // rows per block
     constexpr int PC = BITS == 8 ? 16 : (BITS == 16 ? 8 : 4);  // channels per Philox call
     constexpr int HV = CPT / 16;                           // 16-channel parts: the smallest scale group
-    static_assert(CPT == 16 || (CPT == 32 && BITS == 8), "32 channels per thread only at 8-bit dither");
     static_assert(TPR >= 1 && TPR <= 32 && (32 % TPR) == 0, "a row must stay inside one warp");
-    __shared__ float err2_s[RPB][D];
-    __shared__ u8 byp_s[RPB][D];
+    __shared__ __align__(16) float err2_s[WIT ? RPB : 1][WIT ? wr_wit_stride<D>() : 4];
     const int tr = threadIdx.x % TPR, rb = threadIdx.x / TPR, lane = threadIdx.x & 31;
     const u32 seg = TPR == 32 ? 0xffffffffu : (((1u << TPR) - 1u) << (lane & ~(TPR - 1)));  // the row's lanes
     const i64 i = (i64)blockIdx.x * RPB + rb;
@@ -165,8 +189,7 @@ __device__ __forceinline__ void write_rows_impl(
         return;
     }
     // scale groups per row; `split`: each 16-channel part of the thread is a group of its own
-    // (gs = 16 at 32 channels per thread), else a group spans GL whole threads.  Shifts, not
-    // divisions (the kernel is issue-bound).
+    // (gs = 16), else a group spans GL whole threads.  Shifts, not divisions.
     const int NG = D >> gs_shift;
     const bool split = (1 << gs_shift) < CPT;
     const int GL = split ? 1 : (1 << gs_shift) / CPT;
@@ -174,12 +197,7 @@ __device__ __forceinline__ void write_rows_impl(
     const i64 row = pool_row(plane_layer, side, H, h, N) + dest;
     const i64 src = (i * H + h) * D;
     const void* x_in = side == 0 ? xk : xv;
-
-    // Philox first: it depends only on the slot, so it overlaps the input loads
-    u32x4 w[CPT / PC];
-#pragma unroll
-    for (int q = 0; q < CPT / PC; ++q)
-        w[q] = philox10((u32)slot, dither_ctr1(side, c0 / PC + q), dither_ctr2(layer, h + head_base), 0u, k0, k1);
+    const u32 ctr2 = dither_ctr2(layer, h + head_base);
 
     u32 xh[CPT / 2];
 #pragma unroll
@@ -194,52 +212,53 @@ __device__ __forceinline__ void write_rows_impl(
         const int ch = bypass_ch[h * NP2 + t] - c0;
         if ((unsigned)ch < (unsigned)CPT) bmask |= 1u << ch;
     }
-    // per 16-channel part: the largest |x| over every channel (NaN propagating: the group's
-    // non-finite flag, SPEC §3.6, bypassed channels included) and over the quantized channels (the
-    // scale's amax).  max is order-free (and NaN-propagating max too, for the flag), so combining
-    // parts and lanes in any order gives the twin's values.
-    float x[CPT];
-    float pall[HV], pq[HV];
+    // per 16-channel part, as fp16 bits: the largest |x| over every channel (above 0x7BFF: the
+    // group's non-finite flag, SPEC §3.6, bypassed channels included) and over the quantized
+    // channels (the scale's amax).  A maximum is order-free, so any combination gives the twin's.
+    u32 pall[HV], pq[HV];
 #pragma unroll
-    for (int v = 0; v < HV; ++v) pall[v] = pq[v] = 0.0f;
+    for (int v = 0; v < HV; ++v) {
+        u32 ma = 0u;
 #pragma unroll
-    for (int j = 0; j < CPT; ++j) {
-        x[j] = f16_to_f32((u16)(xh[j / 2] >> (16 * (j % 2))));
-        pall[j / 16] = fmax_nan(pall[j / 16], fabsf(x[j]));
-        if (bmask) pq[j / 16] = fmaxf(pq[j / 16], ((bmask >> j) & 1u) ? 0.0f : fabsf(x[j]));
+        for (int k = 0; k < 8; ++k) ma = max_u16x2(ma, xh[8 * v + k] & 0x7FFF7FFFu);
+        pall[v] = max(ma & 0xFFFFu, ma >> 16);
+        pq[v] = pall[v];
     }
-    if (!bmask) {  // (when it is not finite the group is poisoned and amax unused)
+    if (bmask) {  // (when the group is not finite the scale is +inf and amax unused)
 #pragma unroll
-        for (int v = 0; v < HV; ++v) pq[v] = pall[v];
+        for (int v = 0; v < HV; ++v) {
+            u32 mq = 0u;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const u32 bb = bmask >> (16 * v + 2 * k);
+                const u32 keep = ((bb & 1u) ? 0u : 0xFFFFu) | ((bb & 2u) ? 0u : 0xFFFF0000u);
+                mq = max_u16x2(mq, xh[8 * v + k] & 0x7FFF7FFFu & keep);
+            }
+            pq[v] = max(mq & 0xFFFFu, mq >> 16);
+        }
     }
-    float gq[HV], gall[HV];                                 // per part: its group's amax and flag
-    float rall = pall[0];                                   // the row's flag
+    u32 gq[HV], gall[HV];                                   // per part: its group's amax and flag
+    u32 rall = pall[0];                                     // the row's flag
 #pragma unroll
-    for (int v = 1; v < HV; ++v) rall = fmax_nan(rall, pall[v]);
+    for (int v = 1; v < HV; ++v) rall = max(rall, pall[v]);
     if (split) {
 #pragma unroll
-        for (int v = 0; v < HV; ++v) {
-            gq[v] = pq[v];
-            gall[v] = pall[v];
-        }
+        for (int v = 0; v < HV; ++v) gq[v] = pq[v], gall[v] = pall[v];
     } else {
-        float a = pq[0];
+        u32 a = pq[0];
 #pragma unroll
-        for (int v = 1; v < HV; ++v) a = fmaxf(a, pq[v]);
-        float aa = rall;
+        for (int v = 1; v < HV; ++v) a = max(a, pq[v]);
+        u32 aa = rall;
         for (int off = 1; off < GL; off <<= 1) {
-            a = fmaxf(a, __shfl_xor_sync(seg, a, off));
-            aa = fmax_nan(aa, __shfl_xor_sync(seg, aa, off));
+            a = max(a, __shfl_xor_sync(seg, a, off));
+            aa = max(aa, __shfl_xor_sync(seg, aa, off));
         }
 #pragma unroll
-        for (int v = 0; v < HV; ++v) {
-            gq[v] = a;
-            gall[v] = aa;
-        }
+        for (int v = 0; v < HV; ++v) gq[v] = a, gall[v] = aa;
         rall = aa;
     }
-    for (int off = GL; off < TPR; off <<= 1) rall = fmax_nan(rall, __shfl_xor_sync(seg, rall, off));
-    const bool rbad = !(rall <= WC_F32_MAX);
+    for (int off = GL; off < TPR; off <<= 1) rall = max(rall, __shfl_xor_sync(seg, rall, off));
+    const bool rbad = rall > WC_FP16_MAX_BITS;
     // each group's scale, from its amax (once per thread when the parts share a group)
     float sb[HV], rcp[HV];
     bool live[HV];
@@ -247,14 +266,11 @@ __device__ __forceinline__ void write_rows_impl(
 #pragma unroll
     for (int v = 0; v < HV; ++v) {
         if (v == 0 || split) {
-            u32 s16;
-            if (!(gall[v] <= WC_F32_MAX)) s16 = WC_FP16_INF;
-            else if (gq[v] == 0.0f) s16 = 0u;
-            else s16 = f32_to_f16_ru(__fdiv_rn(gq[v], (float)WC_SCALE_DIVISOR));
+            const u32 s16 = gall[v] > WC_FP16_MAX_BITS ? (u32)WC_FP16_INF : scale_f16_of_amax(gq[v]);
             if (split) scales[row * NG + (c0 >> gs_shift) + v] = (u16)s16;
             else if ((tr & (GL - 1)) == 0) scales[row * NG + (c0 >> gs_shift)] = (u16)s16;
             sb[v] = f16_to_f32((u16)s16);
-            live[v] = sb[v] > 0.0f && sb[v] <= WC_F32_MAX;
+            live[v] = s16 != 0u && s16 != (u32)WC_FP16_INF;
             rcp[v] = live[v] ? __frcp_rn(sb[v]) : 0.0f;
         } else {
             sb[v] = sb[0];
@@ -264,76 +280,123 @@ __device__ __forceinline__ void write_rows_impl(
         all_live = all_live && live[v];
     }
 
-    u32 mb[CPT];                                           // bits of z + WR_RINT_MAGIC
-    if (all_live && !bmask && NB == 0) {
+    u32 packed[CPT / 4];                                   // the codes, four a word
+    if (!WIT && all_live && !bmask) {
         // the common case, every channel quantized and no witness: z = x/s + ξ with ξ's
-        // 2^16-multiple folded into one FMA (exact product, one rounding: the twin's fp32 sum)
+        // power-of-two scaling folded into one FMA (exact product, one rounding: the twin's fp32 sum)
 #pragma unroll
-        for (int j = 0; j < CPT; ++j) {
-            const float z = __fmaf_rn(xi_scaled<BITS>(w[j / PC], j % PC), xi_unscale<BITS>(),
-                                      quotient_rn(x[j], sb[j / 16], rcp[j / 16]));
-            mb[j] = __float_as_uint(__fadd_rn(z, WR_RINT_MAGIC));
+        for (int q = 0; q < CPT / PC; ++q) {
+            const u32x4 w = philox10((u32)slot, dither_ctr1(side, c0 / PC + q), ctr2, 0u, k0, k1);
+            u32 mb[PC];
+#pragma unroll
+            for (int e = 0; e < PC; ++e) {
+                const int j = PC * q + e;
+                const float x = f16_to_f32((u16)(xh[j / 2] >> (16 * (j % 2))));
+                const float z = __fmaf_rn(xi_scaled<BITS>(w, e), xi_unscale<BITS>(),
+                                          quotient_rn(x, sb[j / 16], rcp[j / 16]));
+                mb[e] = __float_as_uint(__fadd_rn(z, WR_RINT_MAGIC));
+            }
+#pragma unroll
+            for (int e = 0; e < PC; e += 4)
+                packed[(PC * q + e) / 4] = __byte_perm(__byte_perm(mb[e], mb[e + 1], 0x0040u),
+                                                       __byte_perm(mb[e + 2], mb[e + 3], 0x0040u), 0x5410u);
         }
     } else {
 #pragma unroll
-        for (int j = 0; j < CPT; ++j) {
-            const float xi = __fmul_rn(xi_scaled<BITS>(w[j / PC], j % PC), xi_unscale<BITS>());
-            const bool quantized = live[j / 16] && !((bmask >> j) & 1u);
-            const float z = quantized ? __fadd_rn(quotient_rn(x[j], sb[j / 16], rcp[j / 16]), xi) : 0.0f;
-            const float m = __fadd_rn(z, WR_RINT_MAGIC);
-            mb[j] = __float_as_uint(m);
-            if (NB > 0) {
-                const float xhat = __fmul_rn(sb[j / 16], __fsub_rn(__fsub_rn(m, WR_RINT_MAGIC), xi));
-                err2_s[rb][c0 + j] = ((bmask >> j) & 1u) ? 0.0f : square_up(next_up(fabsf(__fsub_rn(xhat, x[j]))));
-                byp_s[rb][c0 + j] = (u8)((bmask >> j) & 1u);
+        for (int q = 0; q < CPT / PC; ++q) {
+            const u32x4 w = philox10((u32)slot, dither_ctr1(side, c0 / PC + q), ctr2, 0u, k0, k1);
+#pragma unroll
+            for (int e4 = 0; e4 < PC; e4 += 4) {  // four channels at a time: one code word, one float4
+                u32 mb[4];
+                float er[4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int j = PC * q + e4 + e;
+                    const float x = f16_to_f32((u16)(xh[j / 2] >> (16 * (j % 2))));
+                    const float xi = __fmul_rn(xi_scaled<BITS>(w, e4 + e), xi_unscale<BITS>());
+                    const bool byp = (bmask >> j) & 1u;
+                    const bool quantized = live[j / 16] && !byp;
+                    const float z = quantized ? __fadd_rn(quotient_rn(x, sb[j / 16], rcp[j / 16]), xi) : 0.0f;
+                    const float m = __fadd_rn(z, WR_RINT_MAGIC);
+                    mb[e] = __float_as_uint(m);
+                    if constexpr (WIT) {
+                        const float xhat = __fmul_rn(sb[j / 16], __fsub_rn(__fsub_rn(m, WR_RINT_MAGIC), xi));
+                        er[e] = byp ? 0.0f : square_term_up(abs_diff_up(xhat, x));
+                    }
+                }
+                packed[(PC * q + e4) / 4] = __byte_perm(__byte_perm(mb[0], mb[1], 0x0040u),
+                                                        __byte_perm(mb[2], mb[3], 0x0040u), 0x5410u);
+                if constexpr (WIT)
+                    *reinterpret_cast<float4*>(&err2_s[rb][wr_wit_at(c0 + PC * q + e4)]) =
+                        make_float4(er[0], er[1], er[2], er[3]);
             }
         }
     }
+    uint4* cdst = reinterpret_cast<uint4*>(codes + row * D + c0);
 #pragma unroll
-    for (int q = 0; q < CPT / 16; ++q) {
-        u32 packed[4];
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const int b = 16 * q + 4 * r;
-            packed[r] = __byte_perm(__byte_perm(mb[b], mb[b + 1], 0x0040u), __byte_perm(mb[b + 2], mb[b + 3], 0x0040u),
-                                    0x5410u);
-        }
-        reinterpret_cast<uint4*>(codes + row * D + c0)[q] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-    }
+    for (int q = 0; q < CPT / 16; ++q)
+        cdst[q] = make_uint4(packed[4 * q], packed[4 * q + 1], packed[4 * q + 2], packed[4 * q + 3]);
     for (int t = 0; t < NP2; ++t) {
         const int ch = bypass_ch[h * NP2 + t];
         if ((unsigned)(ch - c0) < (unsigned)CPT) outl[row * NP2 + t] = load_as_f16(x_in, src + ch, in_dtype);
     }
-    if (NB > 0) {
+    if constexpr (WIT) {
         __syncwarp(seg);
-        for (int b = tr; b < NB; b += TPR)
-            wit[row * NB + b] = rbad ? (u16)WC_FP16_INF : band_witness(err2_s[rb], byp_s[rb], band_ch + b * (D / NB), D / NB);
+        const float* er = err2_s[rb];
+        const int per = D / NB;
+        for (int b = tr; b < NB; b += TPR) {
+            float acc = 0.0f;
+            if (!neox) {  // channels b·per .. b·per + per − 1
+                const int cb = b * per;
+                if ((per & 3) == 0) {
+#pragma unroll 2
+                    for (int c = cb; c < cb + per; c += 4) {
+                        const float4 e = *reinterpret_cast<const float4*>(&er[wr_wit_at(c)]);
+                        acc = wr_chain(wr_chain(wr_chain(wr_chain(acc, e.x), e.y), e.z), e.w);
+                    }
+                } else {
+                    for (int c = cb; c < cb + per; ++c) acc = wr_chain(acc, er[wr_wit_at(c)]);
+                }
+            } else {  // pairs b·per/2 .. : channels i, i + D/2 in turn
+                const int pb = per / 2, ib = b * pb;
+                if ((pb & 3) == 0) {
+#pragma unroll 2
+                    for (int c = ib; c < ib + pb; c += 4) {
+                        const float4 lo = *reinterpret_cast<const float4*>(&er[wr_wit_at(c)]);
+                        const float4 hi = *reinterpret_cast<const float4*>(&er[wr_wit_at(c + D / 2)]);
+                        acc = wr_chain(wr_chain(wr_chain(wr_chain(acc, lo.x), hi.x), lo.y), hi.y);
+                        acc = wr_chain(wr_chain(wr_chain(wr_chain(acc, lo.z), hi.z), lo.w), hi.w);
+                    }
+                } else {
+                    for (int c = ib; c < ib + pb; ++c)
+                        acc = wr_chain(wr_chain(acc, er[wr_wit_at(c)]), er[wr_wit_at(c + D / 2)]);
+                }
+            }
+            wit[row * NB + b] = rbad ? (u16)WC_FP16_INF : witness_f16_of_sum(acc);
+        }
     }
     if (tr == 0 && rbad) atomicAdd(&counters[0], 1ull);
 }
 
-// CTAs per SM the register budget is set for (the largest count without spills): 32 channels per
-// thread 3 (80 registers); 16 channels 4 at 8 and 16 bits, 3 at 24 bits, where the wider dither
-// fields keep more Philox words live
-__host__ __device__ constexpr int wr_min_blocks(int bits, int cpt) {
-    return cpt == 32 ? 3 : (bits == 24 ? 3 : 4);
-}
+// CTAs per SM the register budget is set for (the largest count without spills)
+__host__ __device__ constexpr int wr_min_blocks(int bits, bool wit) { return 3; }
 
-#define WC_WRITE_ENTRY(D, BITS, CPT)                                                                      \
-    extern "C" __global__ void __launch_bounds__(WR_THREADS, wr_min_blocks(BITS, CPT))                    \
-        write_rows_##D##_##BITS##_c##CPT(                                                                 \
+#define WC_WRITE_ENTRY(D, BITS, WIT, SUFFIX)                                                              \
+    extern "C" __global__ void __launch_bounds__(WR_THREADS, wr_min_blocks(BITS, WIT))                    \
+        write_rows_##D##_##BITS##SUFFIX(                                                                  \
             const void* xk, const void* xv, int in_dtype, int vec, const i64* slots, const i64* dest_rows, int n, \
             int H, i64 N, int layer, int head_base, int plane_layer, int side0, int nsides, int gs_shift, int NP2, \
-            int NB, const int* bypass_ch, const int* band_ch, u32 k0, u32 k1, i8* codes, u16* scales, u16* outl, \
+            int NB, int neox, const int* bypass_ch, u32 k0, u32 k1, i8* codes, u16* scales, u16* outl,       \
             u16* wit, u16* exact, unsigned long long* counters) {                                         \
-        write_rows_impl<D, BITS, CPT>(xk, xv, in_dtype, vec, slots, dest_rows, n, H, N, layer, head_base,     \
-                                      plane_layer, side0, nsides, gs_shift, NP2, NB, bypass_ch, band_ch, k0, k1, \
+        write_rows_impl<D, BITS, WIT>(xk, xv, in_dtype, vec, slots, dest_rows, n, H, N, layer, head_base,     \
+                                      plane_layer, side0, nsides, gs_shift, NP2, NB, neox, bypass_ch, k0, k1, \
                                       codes, scales, outl, wit, exact, counters);                         \
     }
-// every entry of one head dim; the launch layer (witcert_cupy/_cuda/: write_kernel) picks c32 at
-// 8 bits without a witness
-#define WC_WRITE_ENTRIES(D) \
-    WC_WRITE_ENTRY(D, 8, 32) WC_WRITE_ENTRY(D, 8, 16) WC_WRITE_ENTRY(D, 16, 16) WC_WRITE_ENTRY(D, 24, 16)
+// every entry of one head dim: each dither width with and without a witness (the launch layer,
+// witcert_cupy/_cuda/: write_kernel, names them)
+#define WC_WRITE_ENTRIES(D)                                                                      \
+    WC_WRITE_ENTRY(D, 8, false, ) WC_WRITE_ENTRY(D, 16, false, ) WC_WRITE_ENTRY(D, 24, false, ) \
+    WC_WRITE_ENTRY(D, 8, true, _wit) WC_WRITE_ENTRY(D, 16, true, _wit) WC_WRITE_ENTRY(D, 24, true, _wit)
 WC_WRITE_ENTRIES(64)
 WC_WRITE_ENTRIES(128)
 WC_WRITE_ENTRIES(256)
@@ -347,7 +410,6 @@ extern "C" __global__ void __launch_bounds__(WC_MAX_D) store_fp16_rows(
     const i64* __restrict__ dest_rows, int n, int H, i64 N, int D, int layer, int NB,
     const int* __restrict__ band_ch, u16* __restrict__ values, u16* __restrict__ wit, u16* __restrict__ exact,
     unsigned long long* __restrict__ counters) {
-    __shared__ u8 byp[WC_MAX_D];
     __shared__ float err2[WC_MAX_D];
     const int i = blockIdx.x, h = blockIdx.y, side = blockIdx.z, c = threadIdx.x;
     const i64 dest = dest_rows[i];
@@ -361,13 +423,12 @@ extern "C" __global__ void __launch_bounds__(WC_MAX_D) store_fp16_rows(
     const void* st = side == 0 ? sk : sv;
     const u16 sb = st == nullptr ? xb : load_as_f16(st, src, side == 0 ? sk_dtype : sv_dtype);
     const float x = f16_to_f32(xb), xs = f16_to_f32(sb);
-    byp[c] = 0;
     const bool finite = is_finite32(x) && is_finite32(xs);
-    err2[c] = finite ? square_up(next_up(fabsf(__fsub_rn(xs, x)))) : 0.0f;
+    err2[c] = finite ? square_term_up(abs_diff_up(xs, x)) : 0.0f;
     values[row * D + c] = sb;
     if (exact != nullptr) exact[row * D + c] = xb;
     const bool row_bad = __syncthreads_or(!finite);
-    if (c < NB) wit[row * NB + c] = row_bad ? (u16)WC_FP16_INF : band_witness(err2, byp, band_ch + c * (D / NB), D / NB);
+    if (c < NB) wit[row * NB + c] = row_bad ? (u16)WC_FP16_INF : band_witness(err2, band_ch + c * (D / NB), D / NB);
     if (c == 0 && row_bad) atomicAdd(&counters[0], 1ull);
 }
 

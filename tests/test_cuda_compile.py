@@ -162,6 +162,12 @@ def test_launch_layer_block_size_is_the_kernel_s():
     assert "__launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_stage1_f16(" in src
     geom = (_cuda.kernel_dir() / "decode_f16_geometry.cuh").read_text()
     assert int(re.search(r"#define F16_PIPES (\d+)", geom).group(1)) == _cuda.F16_PIPES
+    # the write path: 256 threads, 32 channels each
+    from witcert_cupy._cuda import write as _cuda_write
+
+    src = (_cuda.kernel_dir() / "write.cu").read_text()
+    assert int(re.search(r"#define WR_THREADS (\d+)", src).group(1)) == _cuda_write.WRITE_THREADS
+    assert int(re.search(r"#define WR_CPT (\d+)", src).group(1)) == _cuda_write.WRITE_CHANNELS_PER_THREAD
     # the extend: 8 row warps, and the two producer warpgroups on the wgmma path
     from witcert_cupy._cuda import extend as _cuda_extend
 

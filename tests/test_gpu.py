@@ -266,13 +266,11 @@ def test_write_quotient_is_ieee_division_for_every_fp16_pair():
 
 @pytest.mark.parametrize("d,gs,bits", [(128, 128, 8), (64, 64, 16), (256, 16, 8), (64, 16, 8), (128, 32, 8),
                                        (128, 16, 24)])
-def test_write_group_sizes_and_unaligned_input(d, gs, bits):
-    """Scale groups from 16 channels (two in one thread at 8-bit dither without a witness: 32
-    channels per thread) up to the whole row, with and without a witness (the two 8-bit entries),
-    and an input whose start is not 16-byte aligned (the element-wise load path): bit-identical
-    to the CPU twin."""
-    from witcert_cupy import _cuda
-
+def test_write_group_sizes_witness_layouts_and_unaligned_input(d, gs, bits):
+    """Scale groups from 16 channels (two in one thread) up to the whole row; without a witness and
+    with one of 4 and d/4 bands (bands of whole 16-byte runs and of one or two pairs, the kernel's
+    vector and scalar band reads) in both RoPE layouts; an input whose start is not 16-byte
+    aligned (the element-wise load path): bit-identical to the CPU twin."""
     rng = np.random.default_rng(d + gs)
     n, H = 300, 3
     x = _adversarial(rng, n * H, d).reshape(n, H, d)
@@ -282,11 +280,9 @@ def test_write_group_sizes_and_unaligned_input(d, gs, bits):
     flat[1:] = cp.asarray(x.astype(np.float16).ravel())
     xg = flat[1:].reshape(n, H, d)
     assert xg.data.ptr % 16 != 0
-    cpts = set()
-    for bands in (4, 0):
-        cfg = wc.QuantConfig(d, group_size=gs, dither_bits=bits, seed=11, witness_bands=bands,
+    for bands, rope in ((4, "neox"), (d // 4, "neox"), (4, "gptj"), (d // 4, "gptj"), (0, "neox")):
+        cfg = wc.QuantConfig(d, group_size=gs, dither_bits=bits, seed=11, witness_bands=bands, rope=rope,
                              outlier_pairs=np.array([[[0, 3], [1, 2], [d // 2 - 1, 4]]]))
-        cpts.add(_cuda.write_kernel(d, bits, bands)[1])
         a = wc.quantize(x.astype(np.float16), slots, layer=0, side="v", config=cfg)
         for xin in (xg, cp.asarray(x.astype(np.float32))):
             b = wc.quantize(xin, cp.asarray(slots), layer=0, side="v", config=cfg)
@@ -294,9 +290,34 @@ def test_write_group_sizes_and_unaligned_input(d, gs, bits):
                 if getattr(a, name) is None:  # no witness bands: neither backend stores one
                     assert getattr(b, name) is None, name
                     continue
-                assert np.array_equal(_np(getattr(b, name)).view(np.uint16), getattr(a, name).view(np.uint16)), name
+                assert np.array_equal(_np(getattr(b, name)).view(np.uint16), getattr(a, name).view(np.uint16)), \
+                    (name, bands, rope)
             assert np.array_equal(_np(b.codes), a.codes)  # same fp32 operations as the twin: ties included
-    assert cpts == ({16, 32} if bits == 8 else {16})
+
+
+SCALE_CHECK = r"""
+extern "C" __global__ void scale_check(unsigned long long* mismatches) {
+    // thread: one finite fp16 amax; the write kernel's scale against division and rounding up
+    const u32 a = blockIdx.x * blockDim.x + threadIdx.x;
+    if (a > WC_FP16_MAX_BITS) return;
+    const float x = f16_to_f32((u16)a);
+    const u32 ref = a == 0u ? 0u : f32_to_f16_ru(__fdiv_rn(x, (float)WC_SCALE_DIVISOR));
+    if (scale_f16_of_amax(a) != ref) atomicAdd(mismatches, 1ull);
+}
+"""
+
+
+def test_write_scale_is_division_rounded_up_for_every_fp16_amax():
+    """scale_f16_of_amax (the write kernel's scale: quotient_rn by the divisor's reciprocal, the
+    hardware's round-up conversion to fp16) equals the twin's fp32 division rounded up to fp16 for
+    every finite fp16 amax, under the kernels' own options (flush-to-zero included)."""
+    from witcert_cupy import _cuda
+
+    src = _cuda.inline_source("common.cuh") + SCALE_CHECK
+    fn = cp.RawModule(code=src, options=_cuda.options()).get_function("scale_check")
+    mism = cp.zeros(1, cp.uint64)
+    fn((128,), (256,), (mism,))
+    assert int(mism.get()[0]) == 0
 
 
 def _pools(seed, **kw):

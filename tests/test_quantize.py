@@ -160,6 +160,61 @@ def test_witness_bounds_band_residual_norm(d, bands):
     assert np.all(w <= norms * 1.01 + 2.0**-24)  # and not wildly loose
 
 
+def _two_sum(a, b):
+    """float64 a + b as (s, err) with s + err exact."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _ru32(s, err):
+    """The smallest float32 >= s + err (s + err exact, |err| below half an ulp of s)."""
+    f = s.astype(np.float32)
+    f64 = f.astype(np.float64)
+    up = (f64 < s) | ((f64 == s) & (err > 0))
+    return np.where(up, np.nextafter(f, np.float32(np.inf)), f)
+
+
+def _witness_fp16(acc):
+    r = np.nextafter(np.sqrt(acc), np.float32(np.inf)) * np.float32(C.WITNESS_MARGIN)
+    h = r.astype(np.float16)
+    return np.where(h.astype(np.float32) < r, np.nextafter(h, np.float16(np.inf)), h)
+
+
+@pytest.mark.parametrize("rope", ["neox", "gptj"])
+def test_witness_is_the_upward_rounded_chain(rope):
+    """Each band's witness is SPEC §3.5's chain with every fp32 step rounded toward +inf, recomputed
+    here in exact (double-double) arithmetic: |x̂ − x|↑, max(square↑, smallest normal), the running
+    sum↑ in band order, the square root to nearest and one step up, the margin, fp16 rounded up
+    (docs/certificate.md §3).  The chain it replaced (each step to nearest, then one step up) is
+    looser, and the same rows tell the two apart."""
+    rng = np.random.default_rng(17)
+    n, d, nb = 3000, 128, 16
+    x = _adversarial_rows(rng, n, d)
+    cfg = wc.QuantConfig(d, witness_bands=nb, rope=rope)
+    q = wc.quantize(x, np.arange(n), layer=0, side="k", config=cfg)
+    xh = wc.dequantize(q, np.arange(n), layer=0, side="k", config=cfg)[:, 0]
+    x16 = x[:, 0].astype(np.float16).astype(np.float32)
+    tiny = np.float32(C.FP32_MIN_NORMAL)
+    acc = np.zeros((n, nb), np.float32)
+    old = np.zeros((n, nb), np.float32)
+    up = lambda v: np.where(v > 0, np.nextafter(v, np.float32(np.inf)), v)  # noqa: E731 - next_up
+    for c in cfg.band_channels().T:  # step jj of every band
+        s, err = _two_sum(xh[:, c].astype(np.float64), -x16[:, c].astype(np.float64))
+        neg = s < 0
+        e = _ru32(np.where(neg, -s, s), np.where(neg, -err, err))
+        e64 = e.astype(np.float64)
+        t = np.maximum(_ru32(e64 * e64, np.zeros_like(e64)), tiny)
+        acc = _ru32(*_two_sum(acc.astype(np.float64), t.astype(np.float64)))
+        eo = up(np.abs(xh[:, c] - x16[:, c]))
+        so = eo * eo
+        to = np.where(eo == 0, np.float32(0), np.where(so < tiny, tiny, up(so)))
+        old = up(old + to)
+    want = _witness_fp16(acc)
+    assert np.array_equal(q.witness[:, 0].view(np.uint16), want.view(np.uint16))
+    assert np.any(_witness_fp16(old).view(np.uint16) != want.view(np.uint16))
+
+
 def test_fp16_rounding_on_entry():
     rng = np.random.default_rng(6)
     cfg = wc.QuantConfig(64, witness_bands=4)

@@ -65,7 +65,7 @@ def warm_kernels(pool):
     _cuda.kernel("decode.cu", "decode_merge")
     _cuda.kernel("write.cu", "evict_tier_pages")
     _cuda.kernel("write.cu", "store_fp16_rows" if pool._dev.fp16_store
-                 else _cuda.write_kernel(d, pool.config.dither_bits, pool.config.witness_bands)[0])
+                 else _cuda.write_kernel(d, pool.config.dither_bits, pool.config.witness_bands))
 
 
 class CapturedStep:

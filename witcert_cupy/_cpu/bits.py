@@ -183,12 +183,34 @@ _F32_MIN_NORMAL = np.float32(1.1754943508222875e-38)
 
 
 @njit(inline="always", cache=True)
-def square_up(e):
-    """An upper bound on e*e (e >= 0) that is the same with or without flush-to-zero: products below
-    the smallest normal become that normal, others are rounded up (twin of common.cuh)."""
-    if e == np.float32(0.0):
-        return e
-    s = e * e
-    if s < _F32_MIN_NORMAL:
-        return _F32_MIN_NORMAL
-    return next_up(s)
+def add_up(a, b):
+    """a + b in float32 rounded toward +inf (twin of __fadd_ru): the sum to nearest, one step up
+    when its exact error (TwoSum) is positive."""
+    s = a + b
+    bb = s - a
+    err = (a - (s - bb)) + (b - bb)
+    return next_up(s) if err > np.float32(0.0) else s
+
+
+@njit(inline="always", cache=True)
+def abs_diff_up(a, b):
+    """|a − b| in float32 rounded up (twin of max(__fsub_ru(a, b), __fsub_ru(b, a))): the
+    difference to nearest, one step up in magnitude when rounding lost some (TwoSum's error)."""
+    d = a - b
+    nb = -b
+    bb = d - a
+    err = (a - (d - bb)) + (nb - bb)
+    e = abs(d)
+    if (d > np.float32(0.0) and err > np.float32(0.0)) or (d < np.float32(0.0) and err < np.float32(0.0)):
+        e = next_up(e)
+    return e
+
+
+@njit(inline="always", cache=True)
+def square_term_up(e):
+    """max(e·e rounded up, smallest normal) for a finite e >= 0: an upper bound on e² that
+    flush-to-zero cannot change (twin of common.cuh square_term_up)."""
+    p = e * e
+    if np.float64(p) < np.float64(e) * np.float64(e):  # (the float64 product is exact)
+        p = next_up(p)
+    return p if p > _F32_MIN_NORMAL else _F32_MIN_NORMAL

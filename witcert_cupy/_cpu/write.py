@@ -10,7 +10,8 @@ import numpy as np
 from numba import njit, prange
 
 from .. import _contract as C
-from .bits import dither_row, f16_bits_to_f32, f32_to_f16_bits_ru, next_up, philox4x32, square_up
+from .bits import abs_diff_up, add_up, dither_row, f16_bits_to_f32, f32_to_f16_bits_ru, next_up, philox4x32, \
+    square_term_up
 
 _DIV = np.float32(C.SCALE_DIVISOR)
 _MARGIN = np.float32(C.WITNESS_MARGIN)
@@ -100,16 +101,17 @@ def write_rows(x_bits, dest_rows, slots, epochs, side, layer, head_base, k0, k1,
 def band_witness(xhat, x, byp, channels):
     """fp16 bits of ``||x̂_b − x_b||_2 · (1 + 2^-20)``, rounded up, over ``channels`` (SPEC §3.5).
 
-    Every fp32 step is rounded up (next_up after round-to-nearest; squares below the smallest normal
-    become it), so the stored value bounds the exact norm for any band width (docs/certificate.md §3).
-    The order is fixed (channel list order), which makes the result bit-identical to the CUDA twin.
+    Every fp32 step is rounded toward +inf (|x̂ − x|, its square with the smallest normal as a
+    floor, each addition; the square root to nearest then one step up), so the stored value bounds
+    the exact norm for any band width (docs/certificate.md §3).  The order is fixed (channel list
+    order), which makes the result bit-identical to the CUDA twin.
     """
     acc = np.float32(0.0)
     for jj in range(channels.shape[0]):
         c = channels[jj]
         if byp[c]:
             continue
-        acc = next_up(acc + square_up(next_up(abs(xhat[c] - x[c]))))
+        acc = add_up(acc, square_term_up(abs_diff_up(xhat[c], x[c])))
     return np.uint16(f32_to_f16_bits_ru(next_up(np.sqrt(acc)) * _MARGIN))
 
 

@@ -159,7 +159,7 @@ class PoolDevice(_DeviceBase):
         if s.shape[0] != kd.shape[0]:
             raise ValueError(f"slots must have shape [{kd.shape[0]}] (one per row of k), got {list(s.shape)}")
         _write(kd, vd, code, s, s, layer=layer, plane_layer=layer, side0=0, nsides=2, H=p.num_kv_heads,
-               N=p.num_slots, config=p.config, bypass_layer=self.bypass[layer], band_ch=self.band_ch,
+               N=p.num_slots, config=p.config, bypass_layer=self.bypass[layer],
                codes=p.codes, scales=p.scales, outl=p.outliers, wit=p.witness,
                exact_ptr=self.exact_ptr, counters=self.counters, head_base=p.kv_head_offset)
 

@@ -68,19 +68,19 @@ def check_gpu_config(config):
         raise ValueError(f"the GPU kernels support at most 64 witness bands, got {config.witness_bands}")
 
 
-# write_rows' launch shape (cuda/write.cu: WR_THREADS, the entries write_rows_<d>_<bits>_c<cpt>)
+# write_rows' launch shape (cuda/write.cu: WR_THREADS, WR_CPT channels per thread)
 WRITE_THREADS = 256
+WRITE_CHANNELS_PER_THREAD = 32
 
 
 def write_kernel(head_dim, dither_bits, witness_bands):
-    """(name, channels per thread) of the write_rows entry for a configuration: 32 channels per
-    thread at 8-bit dither without a witness, else 16 (cuda/write.cu says why)."""
-    cpt = 32 if dither_bits == 8 and witness_bands == 0 else 16
-    return f"write_rows_{head_dim}_{dither_bits}_c{cpt}", cpt
+    """The name of the write_rows entry for a configuration: ``write_rows_<d>_<bits>``, with
+    ``_wit`` when the pool stores a witness."""
+    return f"write_rows_{head_dim}_{dither_bits}" + ("_wit" if witness_bands else "")
 
 
 def _write(k, v, dtype_code, slots, dest_rows, *, layer, plane_layer, side0, nsides, H, N, config,
-           bypass_layer, band_ch, codes, scales, outl, wit, exact_ptr, counters, head_base=0):
+           bypass_layer, codes, scales, outl, wit, exact_ptr, counters, head_base=0):
     import cupy as cp
 
     n = slots.shape[0]
@@ -89,8 +89,8 @@ def _write(k, v, dtype_code, slots, dest_rows, *, layer, plane_layer, side0, nsi
     d = config.head_dim
     k0, k1 = config.seed_words
     exact_arg = np.uint64(exact_ptr)
-    name, cpt = write_kernel(d, config.dither_bits, config.witness_bands)
-    rows_per_block = WRITE_THREADS // (d // cpt)  # tokens of one (kv head, side)
+    name = write_kernel(d, config.dither_bits, config.witness_bands)
+    rows_per_block = WRITE_THREADS // (d // WRITE_CHANNELS_PER_THREAD)  # tokens of one (kv head, side)
     if config.group_size & (config.group_size - 1) or nsides not in (1, 2):  # d is 64/128/256 on the GPU
         raise RuntimeError("internal: write_rows needs a power-of-two group size and one or two sides")
     if H * nsides > 65535:  # the grid's y extent
@@ -102,7 +102,8 @@ def _write(k, v, dtype_code, slots, dest_rows, *, layer, plane_layer, side0, nsi
         ((n + rows_per_block - 1) // rows_per_block, H * nsides), (WRITE_THREADS,),
         (k, v, _i32(dtype_code), _i32(vec), slots, dest_rows, _i32(n), _i32(H), np.int64(N), _i32(layer),
          _i32(head_base), _i32(plane_layer), _i32(side0), _i32(nsides), _i32(config.group_size.bit_length() - 1),
-         _i32(bypass_layer.shape[-1]), _i32(config.witness_bands), bypass_layer, band_ch, np.uint32(k0),
+         _i32(bypass_layer.shape[-1]), _i32(config.witness_bands),
+         _i32(config.rope == "neox"), bypass_layer, np.uint32(k0),
          np.uint32(k1), codes, scales.view(cp.uint16), outl.view(cp.uint16), wit.view(cp.uint16), exact_arg,
          counters))
 
@@ -124,8 +125,7 @@ def quantize(x, slots, *, layer, side, config):
     wit = cp.empty((1, 2, H, n, nb), cp.float16)
     counters = cp.zeros(2, cp.uint64)
     _write(xd, xd, code, s, cp.arange(n, dtype=cp.int64), layer=layer, plane_layer=0, side0=side, nsides=1,
-           H=H, N=n, config=config, bypass_layer=bypass, band_ch=cp.asarray(config.band_channels()),
-           codes=codes, scales=scales, outl=outl, wit=wit, exact_ptr=0, counters=counters)
+           H=H, N=n, config=config, bypass_layer=bypass, codes=codes, scales=scales, outl=outl, wit=wit, exact_ptr=0, counters=counters)
     tr = lambda a: cp.ascontiguousarray(a[0, side].transpose(1, 0, 2))  # noqa: E731
     return QuantizedKV(tr(codes), tr(scales), tr(outl), tr(wit) if nb else None)
 
