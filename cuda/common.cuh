@@ -108,6 +108,14 @@ WC_D float quotient_rn(float x, float b, float rcp) {
     return __fmaf_rn(__fmaf_rn(-b, q, x), rcp, q);
 }
 
+// f32_to_f16_ru by the hardware conversion, for x >= 0 that is 0, a normal fp32 number or +inf (a
+// subnormal one would convert where f32_to_f16_ru, under flush-to-zero, gives 0)
+WC_D u32 f32_to_f16_ru_normal(float x) {
+    unsigned short r;
+    asm("cvt.rp.f16.f32 %0, %1;" : "=h"(r) : "f"(x));
+    return r;
+}
+
 // The fp16 bits of a scale group's scale from its amax's fp16 bits (finite, non-negative):
 // fp16(fp32(amax / SCALE_DIVISOR)) rounded up, 0 for amax = 0 (SPEC §3, the twin's division).  The
 // quotient by quotient_rn with the divisor's reciprocal (the divisor 126.5 is itself an fp16, so
@@ -117,10 +125,7 @@ WC_D float quotient_rn(float x, float b, float rcp) {
 WC_D u32 scale_f16_of_amax(u32 amax_bits) {
     if (amax_bits == 0u) return 0u;
     const float d = (float)WC_SCALE_DIVISOR;
-    const float q = quotient_rn(f16_to_f32((u16)amax_bits), d, __frcp_rn(d));
-    unsigned short r;
-    asm("cvt.rp.f16.f32 %0, %1;" : "=h"(r) : "f"(q));
-    return r;
+    return f32_to_f16_ru_normal(quotient_rn(f16_to_f32((u16)amax_bits), d, __frcp_rn(d)));
 }
 
 // next float32 above a finite x > 0; 0 and inf are returned unchanged (only used on magnitudes).

@@ -33,7 +33,7 @@ __device__ __forceinline__ u16 load_as_f16(const void* base, i64 idx, int dtype)
 
 // fp16 bits of ||x̂_b − x_b|| (1 + 2^-20), rounded up, from the rounded-up sum of the band's squares
 __device__ __forceinline__ u16 witness_f16_of_sum(float acc) {
-    return (u16)f32_to_f16_ru(__fmul_rn(next_up(sqrtf(acc)), (float)WC_WITNESS_MARGIN));
+    return (u16)f32_to_f16_ru_normal(__fmul_rn(next_up(sqrtf(acc)), (float)WC_WITNESS_MARGIN));
 }
 
 // ... from the rounded-up squares err2[] of the band's channels in list order, each addition
@@ -133,7 +133,8 @@ __device__ __forceinline__ u32 max_u16x2(u32 a, u32 b) {
 
 // The witness staging row: channel c of a row at c + 4·(c / 32) floats, rows D + D/8 floats apart,
 // so that each quarter-warp's 16-byte stores of its lanes' four channels fall on distinct banks at
-// every head dim (two, four or eight lanes a row).
+// every head dim (two, four or eight lanes a row), and a half-warp's 8-byte stores on at most two
+// lanes a bank; a band's runs are read as 16-byte vectors.
 template <int D>
 __device__ __forceinline__ constexpr int wr_wit_stride() { return D + D / 8; }
 __device__ __forceinline__ int wr_wit_at(int c) { return c + 4 * (c >> 5); }
@@ -281,25 +282,36 @@ __device__ __forceinline__ void write_rows_impl(
     }
 
     u32 packed[CPT / 4];                                   // the codes, four a word
-    if (!WIT && all_live && !bmask) {
-        // the common case, every channel quantized and no witness: z = x/s + ξ with ξ's
-        // power-of-two scaling folded into one FMA (exact product, one rounding: the twin's fp32 sum)
+    if (all_live && !bmask) {
+        // the common case, every channel quantized: z = x/s + ξ with ξ's power-of-two scaling
+        // folded into one FMA (exact product, one rounding: the twin's fp32 sum); with a witness
+        // k − ξ the same way (the fp32 rounding of the exact difference, as the twin's subtraction)
 #pragma unroll
         for (int q = 0; q < CPT / PC; ++q) {
             const u32x4 w = philox10((u32)slot, dither_ctr1(side, c0 / PC + q), ctr2, 0u, k0, k1);
-            u32 mb[PC];
 #pragma unroll
-            for (int e = 0; e < PC; ++e) {
-                const int j = PC * q + e;
-                const float x = f16_to_f32((u16)(xh[j / 2] >> (16 * (j % 2))));
-                const float z = __fmaf_rn(xi_scaled<BITS>(w, e), xi_unscale<BITS>(),
-                                          quotient_rn(x, sb[j / 16], rcp[j / 16]));
-                mb[e] = __float_as_uint(__fadd_rn(z, WR_RINT_MAGIC));
+            for (int e4 = 0; e4 < PC; e4 += 4) {  // four channels at a time: one code word
+                u32 mb[4];
+                float er[4];  // (stored in pairs: four at once left ptxas one register short at 8 bits)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int j = PC * q + e4 + e;
+                    const float x = f16_to_f32((u16)(xh[j / 2] >> (16 * (j % 2))));
+                    const float xs = xi_scaled<BITS>(w, e4 + e);
+                    const float z = __fmaf_rn(xs, xi_unscale<BITS>(), quotient_rn(x, sb[j / 16], rcp[j / 16]));
+                    const float m = __fadd_rn(z, WR_RINT_MAGIC);
+                    mb[e] = __float_as_uint(m);
+                    if constexpr (WIT) {
+                        const float xhat = __fmul_rn(sb[j / 16], __fmaf_rn(-xs, xi_unscale<BITS>(), __fsub_rn(m, WR_RINT_MAGIC)));
+                        er[e] = square_term_up(abs_diff_up(xhat, x));
+                        if (e & 1)
+                            *reinterpret_cast<float2*>(&err2_s[rb][wr_wit_at(c0 + PC * q + e4 + e - 1)]) =
+                                make_float2(er[e - 1], er[e]);
+                    }
+                }
+                packed[(PC * q + e4) / 4] = __byte_perm(__byte_perm(mb[0], mb[1], 0x0040u),
+                                                        __byte_perm(mb[2], mb[3], 0x0040u), 0x5410u);
             }
-#pragma unroll
-            for (int e = 0; e < PC; e += 4)
-                packed[(PC * q + e) / 4] = __byte_perm(__byte_perm(mb[e], mb[e + 1], 0x0040u),
-                                                       __byte_perm(mb[e + 2], mb[e + 3], 0x0040u), 0x5410u);
         }
     } else {
 #pragma unroll
@@ -378,11 +390,12 @@ __device__ __forceinline__ void write_rows_impl(
     if (tr == 0 && rbad) atomicAdd(&counters[0], 1ull);
 }
 
-// CTAs per SM the register budget is set for (the largest count without spills)
-__host__ __device__ constexpr int wr_min_blocks(int bits, bool wit) { return 3; }
+// CTAs per SM the register budget is set for: the most without spills at every dither width, 4
+// (64 registers) without a witness, 3 (80) with one
+__host__ __device__ constexpr int wr_min_blocks(bool wit) { return wit ? 3 : 4; }
 
 #define WC_WRITE_ENTRY(D, BITS, WIT, SUFFIX)                                                              \
-    extern "C" __global__ void __launch_bounds__(WR_THREADS, wr_min_blocks(BITS, WIT))                    \
+    extern "C" __global__ void __launch_bounds__(WR_THREADS, wr_min_blocks(WIT))                    \
         write_rows_##D##_##BITS##SUFFIX(                                                                  \
             const void* xk, const void* xv, int in_dtype, int vec, const i64* slots, const i64* dest_rows, int n, \
             int H, i64 N, int layer, int head_base, int plane_layer, int side0, int nsides, int gs_shift, int NP2, \
