@@ -94,7 +94,7 @@ __device__ __forceinline__ void load_f16x16(const void* base, i64 idx, int dtype
     }
 }
 
-// ξ of element e (< per_call) of one Philox call times 2^U (U = xi_unscale_log2<BITS>), exact, from
+// ξ of element e (< per_call) of one Philox call divided by xi_unscale<BITS>() (a power of two), exact, from
 // the field j without an integer-to-float conversion where the field fits a mantissa (SPEC §2:
 // ξ = (2j + 1 − 2^m) / 2^(m+1)):
 //   8 bits: the byte j in the mantissa of 2^23 + 256 j (one byte permute) minus 2^23 + 256·127.5
@@ -318,7 +318,7 @@ __device__ __forceinline__ void write_rows_impl(
         for (int q = 0; q < CPT / PC; ++q) {
             const u32x4 w = philox10((u32)slot, dither_ctr1(side, c0 / PC + q), ctr2, 0u, k0, k1);
 #pragma unroll
-            for (int e4 = 0; e4 < PC; e4 += 4) {  // four channels at a time: one code word, one float4
+            for (int e4 = 0; e4 < PC; e4 += 4) {  // four channels at a time: one code word, one float4 of terms
                 u32 mb[4];
                 float er[4];
 #pragma unroll
