@@ -139,10 +139,16 @@ template <int D>
 __device__ __forceinline__ constexpr int wr_wit_stride() { return D + D / 8; }
 __device__ __forceinline__ int wr_wit_at(int c) { return c + 4 * (c >> 5); }
 
-// The running sum of one band's squared residuals (rounded up; a bypassed channel's term is 0,
-// which leaves the sum exact), each addition rounded up: _cpu/write.py::band_witness's chain, in
-// its order, given the term of each step.
-__device__ __forceinline__ float wr_chain(float acc, float e) { return __fadd_ru(acc, e); }
+// channel j of the thread's input as fp32, from its packed fp16 pairs
+template <int N>
+__device__ __forceinline__ float wr_channel(const u32 (&xh)[N], int j) {
+    return f16_to_f32((u16)(xh[j / 2] >> (16 * (j % 2))));
+}
+
+// one word of four int8 codes, the low bytes of four sums z + WR_RINT_MAGIC, the first lowest
+__device__ __forceinline__ u32 wr_code_word(const u32 (&mb)[4]) {
+    return __byte_perm(__byte_perm(mb[0], mb[1], 0x0040u), __byte_perm(mb[2], mb[3], 0x0040u), 0x5410u);
+}
 
 // write_rows: grid (ceil(n / rows per block), H · nsides), block WR_THREADS.  32 channels of one
 // row (token i, kv head h, side) per thread, TPR = D / 32 threads per row (a power of two that
@@ -296,7 +302,7 @@ __device__ __forceinline__ void write_rows_impl(
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int j = PC * q + e4 + e;
-                    const float x = f16_to_f32((u16)(xh[j / 2] >> (16 * (j % 2))));
+                    const float x = wr_channel(xh, j);
                     const float xs = xi_scaled<BITS>(w, e4 + e);
                     const float z = __fmaf_rn(xs, xi_unscale<BITS>(), quotient_rn(x, sb[j / 16], rcp[j / 16]));
                     const float m = __fadd_rn(z, WR_RINT_MAGIC);
@@ -309,8 +315,7 @@ __device__ __forceinline__ void write_rows_impl(
                                 make_float2(er[e - 1], er[e]);
                     }
                 }
-                packed[(PC * q + e4) / 4] = __byte_perm(__byte_perm(mb[0], mb[1], 0x0040u),
-                                                        __byte_perm(mb[2], mb[3], 0x0040u), 0x5410u);
+                packed[(PC * q + e4) / 4] = wr_code_word(mb);
             }
         }
     } else {
@@ -324,7 +329,7 @@ __device__ __forceinline__ void write_rows_impl(
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int j = PC * q + e4 + e;
-                    const float x = f16_to_f32((u16)(xh[j / 2] >> (16 * (j % 2))));
+                    const float x = wr_channel(xh, j);
                     const float xi = __fmul_rn(xi_scaled<BITS>(w, e4 + e), xi_unscale<BITS>());
                     const bool byp = (bmask >> j) & 1u;
                     const bool quantized = live[j / 16] && !byp;
@@ -336,8 +341,7 @@ __device__ __forceinline__ void write_rows_impl(
                         er[e] = byp ? 0.0f : square_term_up(abs_diff_up(xhat, x));
                     }
                 }
-                packed[(PC * q + e4) / 4] = __byte_perm(__byte_perm(mb[0], mb[1], 0x0040u),
-                                                        __byte_perm(mb[2], mb[3], 0x0040u), 0x5410u);
+                packed[(PC * q + e4) / 4] = wr_code_word(mb);
                 if constexpr (WIT)
                     *reinterpret_cast<float4*>(&err2_s[rb][wr_wit_at(c0 + PC * q + e4)]) =
                         make_float4(er[0], er[1], er[2], er[3]);
@@ -356,6 +360,8 @@ __device__ __forceinline__ void write_rows_impl(
         __syncwarp(seg);
         const float* er = err2_s[rb];
         const int per = D / NB;
+        // each band's running sum in band order (_cpu/write.py::band_witness's chain), every
+        // addition rounded up; a bypassed channel's term is 0, which leaves the sum exact
         for (int b = tr; b < NB; b += TPR) {
             float acc = 0.0f;
             if (!neox) {  // channels b·per .. b·per + per − 1
@@ -364,10 +370,10 @@ __device__ __forceinline__ void write_rows_impl(
 #pragma unroll 2
                     for (int c = cb; c < cb + per; c += 4) {
                         const float4 e = *reinterpret_cast<const float4*>(&er[wr_wit_at(c)]);
-                        acc = wr_chain(wr_chain(wr_chain(wr_chain(acc, e.x), e.y), e.z), e.w);
+                        acc = __fadd_ru(__fadd_ru(__fadd_ru(__fadd_ru(acc, e.x), e.y), e.z), e.w);
                     }
                 } else {
-                    for (int c = cb; c < cb + per; ++c) acc = wr_chain(acc, er[wr_wit_at(c)]);
+                    for (int c = cb; c < cb + per; ++c) acc = __fadd_ru(acc, er[wr_wit_at(c)]);
                 }
             } else {  // pairs b·per/2 .. : channels i, i + D/2 in turn
                 const int pb = per / 2, ib = b * pb;
@@ -376,12 +382,12 @@ __device__ __forceinline__ void write_rows_impl(
                     for (int c = ib; c < ib + pb; c += 4) {
                         const float4 lo = *reinterpret_cast<const float4*>(&er[wr_wit_at(c)]);
                         const float4 hi = *reinterpret_cast<const float4*>(&er[wr_wit_at(c + D / 2)]);
-                        acc = wr_chain(wr_chain(wr_chain(wr_chain(acc, lo.x), hi.x), lo.y), hi.y);
-                        acc = wr_chain(wr_chain(wr_chain(wr_chain(acc, lo.z), hi.z), lo.w), hi.w);
+                        acc = __fadd_ru(__fadd_ru(__fadd_ru(__fadd_ru(acc, lo.x), hi.x), lo.y), hi.y);
+                        acc = __fadd_ru(__fadd_ru(__fadd_ru(__fadd_ru(acc, lo.z), hi.z), lo.w), hi.w);
                     }
                 } else {
                     for (int c = ib; c < ib + pb; ++c)
-                        acc = wr_chain(wr_chain(acc, er[wr_wit_at(c)]), er[wr_wit_at(c + D / 2)]);
+                        acc = __fadd_ru(__fadd_ru(acc, er[wr_wit_at(c)]), er[wr_wit_at(c + D / 2)]);
                 }
             }
             wit[row * NB + b] = rbad ? (u16)WC_FP16_INF : witness_f16_of_sum(acc);

@@ -183,23 +183,26 @@ _F32_MIN_NORMAL = np.float32(1.1754943508222875e-38)
 
 
 @njit(inline="always", cache=True)
-def add_up(a, b):
-    """a + b in float32 rounded toward +inf (twin of __fadd_ru): the sum to nearest, one step up
-    when its exact error (TwoSum) is positive."""
+def two_sum(a, b):
+    """(s, err): a + b to nearest and its exact error, s + err = a + b (Knuth's TwoSum, float32)."""
     s = a + b
     bb = s - a
-    err = (a - (s - bb)) + (b - bb)
+    return s, (a - (s - bb)) + (b - bb)
+
+
+@njit(inline="always", cache=True)
+def add_up(a, b):
+    """a + b in float32 rounded toward +inf (twin of __fadd_ru): the sum to nearest, one step up
+    when its exact error is positive."""
+    s, err = two_sum(a, b)
     return next_up(s) if err > np.float32(0.0) else s
 
 
 @njit(inline="always", cache=True)
 def abs_diff_up(a, b):
     """|a − b| in float32 rounded up (twin of max(__fsub_ru(a, b), __fsub_ru(b, a))): the
-    difference to nearest, one step up in magnitude when rounding lost some (TwoSum's error)."""
-    d = a - b
-    nb = -b
-    bb = d - a
-    err = (a - (d - bb)) + (nb - bb)
+    difference to nearest, one step up in magnitude when rounding lost some."""
+    d, err = two_sum(a, -b)
     e = abs(d)
     if (d > np.float32(0.0) and err > np.float32(0.0)) or (d < np.float32(0.0) and err < np.float32(0.0)):
         e = next_up(e)
