@@ -35,7 +35,6 @@ typedef unsigned char u8;
 #ifndef NAN
 #define NAN __int_as_float(0x7fffffff)
 #endif
-#define WC_F32_MIN_NORMAL 1.1754943508222875e-38f
 // the largest finite fp16's bits: |x|'s bits above it are +inf or a NaN
 #define WC_FP16_MAX_BITS (WC_FP16_INF - 1u)
 // log2(e) as the float nearest it: the decodes keep logits in log2 units (exp2)
@@ -128,18 +127,6 @@ WC_D u32 scale_f16_of_amax(u32 amax_bits) {
     return f32_to_f16_ru_normal(quotient_rn(f16_to_f32((u16)amax_bits), d, __frcp_rn(d)));
 }
 
-// next float32 above a finite x > 0; 0 and inf are returned unchanged (only used on magnitudes).
-WC_D float next_up(float x) {
-    return (x > 0.0f && x <= WC_F32_MAX) ? f32_from_bits(f32_bits(x) + 1u) : x;
-}
-
-// |a − b| rounded up (a, b finite)
-WC_D float abs_diff_up(float a, float b) { return fmaxf(__fsub_ru(a, b), __fsub_ru(b, a)); }
-
-// max(e·e rounded up, smallest normal) for a finite e >= 0: an upper bound on e² that is the same
-// with or without flush-to-zero (a product flushed to zero becomes the smallest normal, which is
-// above it; docs/certificate.md §3).
-WC_D float square_term_up(float e) { return fmaxf(__fmul_ru(e, e), WC_F32_MIN_NORMAL); }
 #endif  // __CUDA_ARCH__
 
 #ifdef __CUDA_ARCH__

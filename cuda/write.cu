@@ -31,13 +31,20 @@ __device__ __forceinline__ u16 load_as_f16(const void* base, i64 idx, int dtype)
     return (u16)f64_to_f16_rn(((const double*)base)[idx]);
 }
 
-// fp16 bits of ||x̂_b − x_b|| (1 + 2^-20), rounded up, from the rounded-up sum of the band's squares
+// The witness chain (docs/certificate.md §3): per channel the residual rounded to nearest once
+// (r = fma(s, k − ξ, −x) for a code: the exact product's residual; stored − exact for an fp16
+// store) and its square rounded up; per band the rounded-up running sum of the squares in band
+// order; the root rounded up; the margin (which also covers the residuals' rounding to nearest);
+// fp16 rounded up.  A non-zero residual is at least 2^-49 in magnitude (every operand is a multiple
+// of it), so no step meets a subnormal and flush-to-zero changes nothing.
+__device__ __forceinline__ float square_up(float r) { return __fmul_ru(r, r); }
+
 __device__ __forceinline__ u16 witness_f16_of_sum(float acc) {
-    return (u16)f32_to_f16_ru_normal(__fmul_rn(next_up(sqrtf(acc)), (float)WC_WITNESS_MARGIN));
+    return (u16)f32_to_f16_ru_normal(__fmul_rn(__fsqrt_ru(acc), (float)WC_WITNESS_MARGIN));
 }
 
-// ... from the rounded-up squares err2[] of the band's channels in list order, each addition
-// rounded up: the same sequential sum as the CPU twin, hence bit-identical.
+// ... from the squared residuals err2[] of the band's channels in list order: the same sequential
+// sum as the CPU twin, hence bit-identical.
 __device__ __forceinline__ u16 band_witness(const float* err2, const int* channels, int per) {
     float acc = 0.0f;
     for (int jj = 0; jj < per; ++jj) acc = __fadd_ru(acc, err2[channels[jj]]);
@@ -308,8 +315,8 @@ __device__ __forceinline__ void write_rows_impl(
                     const float m = __fadd_rn(z, WR_RINT_MAGIC);
                     mb[e] = __float_as_uint(m);
                     if constexpr (WIT) {
-                        const float xhat = __fmul_rn(sb[j / 16], __fmaf_rn(-xs, xi_unscale<BITS>(), __fsub_rn(m, WR_RINT_MAGIC)));
-                        er[e] = square_term_up(abs_diff_up(xhat, x));
+                        const float kmxi = __fmaf_rn(-xs, xi_unscale<BITS>(), __fsub_rn(m, WR_RINT_MAGIC));
+                        er[e] = square_up(__fmaf_rn(sb[j / 16], kmxi, -x));
                         if (e & 1)
                             *reinterpret_cast<float2*>(&err2_s[rb][wr_wit_at(c0 + PC * q + e4 + e - 1)]) =
                                 make_float2(er[e - 1], er[e]);
@@ -337,8 +344,8 @@ __device__ __forceinline__ void write_rows_impl(
                     const float m = __fadd_rn(z, WR_RINT_MAGIC);
                     mb[e] = __float_as_uint(m);
                     if constexpr (WIT) {
-                        const float xhat = __fmul_rn(sb[j / 16], __fsub_rn(__fsub_rn(m, WR_RINT_MAGIC), xi));
-                        er[e] = byp ? 0.0f : square_term_up(abs_diff_up(xhat, x));
+                        const float kmxi = __fsub_rn(__fsub_rn(m, WR_RINT_MAGIC), xi);
+                        er[e] = byp ? 0.0f : square_up(__fmaf_rn(sb[j / 16], kmxi, -x));
                     }
                 }
                 packed[(PC * q + e4) / 4] = wr_code_word(mb);
@@ -357,9 +364,9 @@ __device__ __forceinline__ void write_rows_impl(
         if ((unsigned)(ch - c0) < (unsigned)CPT) outl[row * NP2 + t] = load_as_f16(x_in, src + ch, in_dtype);
     }
     if constexpr (WIT) {
+        const int per = D / NB;
         __syncwarp(seg);
         const float* er = err2_s[rb];
-        const int per = D / NB;
         // each band's running sum in band order (_cpu/write.py::band_witness's chain), every
         // addition rounded up; a bypassed channel's term is 0, which leaves the sum exact
         for (int b = tr; b < NB; b += TPR) {
@@ -443,7 +450,7 @@ extern "C" __global__ void __launch_bounds__(WC_MAX_D) store_fp16_rows(
     const u16 sb = st == nullptr ? xb : load_as_f16(st, src, side == 0 ? sk_dtype : sv_dtype);
     const float x = f16_to_f32(xb), xs = f16_to_f32(sb);
     const bool finite = is_finite32(x) && is_finite32(xs);
-    err2[c] = finite ? square_term_up(abs_diff_up(xs, x)) : 0.0f;
+    err2[c] = finite ? square_up(__fsub_rn(xs, x)) : 0.0f;
     values[row * D + c] = sb;
     if (exact != nullptr) exact[row * D + c] = xb;
     const bool row_bad = __syncthreads_or(!finite);

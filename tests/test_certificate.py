@@ -185,6 +185,20 @@ def test_tanh_bound_is_attained_by_two_point_distribution():
     assert math.isclose(tv, math.tanh(w / 2), rel_tol=1e-12)
 
 
+@pytest.mark.parametrize("height", [12, 19, 23, 65, 128])
+def test_quantized_evaluation_term_covers_the_fp32_reading(height):
+    """An fp32 read path's logit differs from ``sm·q·x̂`` (x̂ the exact product s·fl(k − ξ), what the
+    witness and Tier B bound) by its dot product's rounding on ``fl(x̂)`` and by ``fl(x̂) − x̂``:
+    ``127.5·(1 + u)·(γ_n·(1 + u) + u)`` per unit of ``sm·s_g·Q1_g`` (docs/certificate.md §10.1).
+    ``gamma_steps`` covers both; the term without the product's rounding did not."""
+    u = C.UNIT_ROUNDOFF
+    g = certificate.dot_gamma(height)
+    need = C.CODE_ABS_BOUND * (1 + u) * (g * (1 + u) + u)
+    assert float(certificate.gamma_steps(height)) >= need
+    assert C.CODE_ABS_BOUND * (1 + u) * g < need  # (the previous term)
+    assert float(certificate.gamma_steps(height)) <= need * (1 + 2.0 ** -20)
+
+
 def test_risk_and_tv_bound_formulas():
     la = np.array([0.0, 0.1, np.inf, np.nan, 0.0], np.float32)
     lse = np.array([-np.inf, 0.5, 3.0, 3.0, 20.0], np.float32)

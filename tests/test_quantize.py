@@ -144,20 +144,73 @@ def test_bypassed_channels_excluded_from_amax_and_stored_exactly(rope):
         assert np.array_equal(xhat[:, h, ch[h]], x[:, h, ch[h]].astype(np.float16).astype(np.float32))
 
 
-@pytest.mark.parametrize("d,bands", [(128, 16), (64, 1), (256, 1), (256, 4)])
-def test_witness_bounds_band_residual_norm(d, bands):
-    """w_b >= ||x̂_b − x_b||_2 exactly, also for bands too wide for a plain fp32 sum."""
+def _exact_xhat(q, slots, layer, cfg):
+    """x̂ = s·fl(k − ξ) as the exact product (float64), the x̂ the witness bounds (one kv head)."""
+    xi = wc.dither(slots, layer=layer, kv_head=0, side="k", head_dim=cfg.head_dim, seed=cfg.seed,
+                   bits=cfg.dither_bits)
+    s = np.repeat(q.scales[:, 0].astype(np.float64), cfg.group_size, axis=-1)
+    return s * (q.codes[:, 0].astype(np.float32) - xi).astype(np.float64)
+
+
+@pytest.mark.parametrize("d,bands,bits", [(128, 16, 16), (64, 1, 16), (256, 1, 24), (256, 4, 8)])
+def test_witness_bounds_band_residual_norm(d, bands, bits):
+    """w_b >= ||x̂_b − x_b||_2 exactly for x̂ the exact product s·fl(k − ξ), also for bands too wide
+    for a plain fp32 sum."""
     rng = np.random.default_rng(d + bands)
-    cfg = wc.QuantConfig(d, witness_bands=bands, dither_bits=16)
+    cfg = wc.QuantConfig(d, witness_bands=bands, dither_bits=bits)
     x = _adversarial_rows(rng, 700, d)
     slots = np.arange(700) * 5
     q = wc.quantize(x, slots, layer=1, side="k", config=cfg)
-    xhat = wc.dequantize(q, slots, layer=1, side="k", config=cfg).astype(np.float64)
-    r = xhat - x.astype(np.float16).astype(np.float64)
-    norms = np.sqrt((r[:, :, cfg.band_channels()] ** 2).sum(-1))
-    w = q.witness.astype(np.float64)
+    r = _exact_xhat(q, slots, 1, cfg) - x[:, 0].astype(np.float16).astype(np.float64)
+    norms = np.sqrt((r[:, cfg.band_channels()] ** 2).sum(-1))
+    w = q.witness[:, 0].astype(np.float64)
     assert np.all(w >= norms)
     assert np.all(w <= norms * 1.01 + 2.0**-24)  # and not wildly loose
+
+
+def test_witness_bounds_the_exact_product_not_only_its_fp32_rounding():
+    """The form-(I) decode multiplies the exact x̂ = s·(k − ξ), the fp32 read paths its rounding
+    fl(x̂) (their evaluation term carries the difference, docs/certificate.md §10.1).  A row built so
+    that fl(x̂) equals x on a band while x̂ does not: a witness of the fp32 reading (the chain this one
+    replaced) is the fp16 floor there, below the exact residual's norm; this one bounds it."""
+    d, bits, gs = 64, 8, 32
+    cfg = wc.QuantConfig(d, group_size=gs, witness_bands=d // 2, rope="gptj", dither_bits=bits)
+    # group amax values whose scale RU16(amax / 126.5) has a full 11-bit significand
+    amaxes = np.arange(0x7800, 0x7BFF, dtype=np.uint16).view(np.float16)  # [32768, 65504)
+    q32 = amaxes.astype(np.float32) / np.float32(C.SCALE_DIVISOR)
+    s16 = q32.astype(np.float16)
+    s16 = np.where(s16.astype(np.float32) < q32, np.nextafter(s16, np.float16(np.inf)), s16)
+    full = (s16.view(np.uint16) & 1) == 1
+    amaxes, scales = amaxes[full], s16[full].astype(np.float32)
+    ks = np.arange(-120, 121, dtype=np.float32)
+    found = None
+    for slot in range(64):
+        xi = wc.dither(np.array([slot]), layer=0, kv_head=0, side="k", head_dim=d, seed=cfg.seed, bits=bits)[0]
+        hits = []
+        for c in (0, 1):  # band 0: fl(s·(k − ξ)) an fp16 number, s·(k − ξ) not
+            y = scales[:, None].astype(np.float64) * (ks - xi[c]).astype(np.float64)[None, :]
+            f = y.astype(np.float32)
+            hits.append((f.astype(np.float16).astype(np.float32) == f) & (f.astype(np.float64) != y), )
+        both = np.flatnonzero(hits[0].any(1) & hits[1].any(1))
+        if both.size:
+            i = both[0]
+            found = slot, amaxes[i], scales[i], [np.float16(scales[i] * (ks[np.argmax(h[i])] - xi[c]))
+                                                 for c, h in enumerate(hits)]
+            break
+    assert found is not None, "no row found"
+    slot, amax, s, vals = found
+    row = np.zeros(d, np.float16)
+    row[:2] = vals
+    row[gs - 1] = amax  # sets the group's scale to s
+    q = wc.quantize(row[None, None, :], np.array([slot]), layer=0, side="k", config=cfg)
+    assert q.scales[0, 0, 0].astype(np.float32) == s
+    x16 = row.astype(np.float64)
+    fl = wc.dequantize(q, np.array([slot]), layer=0, side="k", config=cfg)[0, 0].astype(np.float64)
+    ex = _exact_xhat(q, np.array([slot]), 0, cfg)[0]
+    assert np.array_equal(fl[:2], x16[:2])
+    norm = np.sqrt(((ex[:2] - x16[:2]) ** 2).sum())
+    assert norm > 2.0**-24  # above the smallest fp16: what a witness of fl(x̂) − x would store
+    assert q.witness[0, 0, 0].astype(np.float64) >= norm
 
 
 def _two_sum(a, b):
@@ -176,40 +229,42 @@ def _ru32(s, err):
 
 
 def _witness_fp16(acc):
-    r = np.nextafter(np.sqrt(acc), np.float32(np.inf)) * np.float32(C.WITNESS_MARGIN)
+    root = np.sqrt(acc)  # rounded up: one step up where its square (exact in float64) is short of acc
+    short = root.astype(np.float64) ** 2 < acc.astype(np.float64)
+    r = np.where(short, np.nextafter(root, np.float32(np.inf)), root) * np.float32(C.WITNESS_MARGIN)
     h = r.astype(np.float16)
     return np.where(h.astype(np.float32) < r, np.nextafter(h, np.float16(np.inf)), h)
 
 
 @pytest.mark.parametrize("rope", ["neox", "gptj"])
-def test_witness_is_the_upward_rounded_chain(rope):
-    """Each band's witness is SPEC §3.5's chain with every fp32 step rounded toward +inf, recomputed
-    here in exact (double-double) arithmetic: |x̂ − x|↑, max(square↑, smallest normal), the running
-    sum↑ in band order, the square root to nearest and one step up, the margin, fp16 rounded up
-    (docs/certificate.md §3).  The chain it replaced (each step to nearest, then one step up) is
-    looser, and the same rows tell the two apart."""
+def test_witness_is_the_rounded_residual_chain(rope):
+    """Each band's witness is the chain of docs/certificate.md §3, recomputed here in exact
+    (double-double) arithmetic: the residual s·fl(k − ξ) − x rounded once to nearest, its square
+    rounded up, the running sum rounded up in band order, the square root rounded up, the margin,
+    fp16 rounded up.  The chain it replaced (on the fp32 reading fl(x̂): |fl(x̂) − x|
+    rounded up, its square rounded up with the smallest normal as a floor) gives other bits on the
+    same rows."""
     rng = np.random.default_rng(17)
     n, d, nb = 3000, 128, 16
     x = _adversarial_rows(rng, n, d)
     cfg = wc.QuantConfig(d, witness_bands=nb, rope=rope)
-    q = wc.quantize(x, np.arange(n), layer=0, side="k", config=cfg)
-    xh = wc.dequantize(q, np.arange(n), layer=0, side="k", config=cfg)[:, 0]
+    slots = np.arange(n)
+    q = wc.quantize(x, slots, layer=0, side="k", config=cfg)
+    xh = wc.dequantize(q, slots, layer=0, side="k", config=cfg)[:, 0]
     x16 = x[:, 0].astype(np.float16).astype(np.float32)
+    res = (_exact_xhat(q, slots, 0, cfg) - x16.astype(np.float64)).astype(np.float32)  # exact, then rounded
     tiny = np.float32(C.FP32_MIN_NORMAL)
     acc = np.zeros((n, nb), np.float32)
     old = np.zeros((n, nb), np.float32)
-    up = lambda v: np.where(v > 0, np.nextafter(v, np.float32(np.inf)), v)  # noqa: E731 - next_up
     for c in cfg.band_channels().T:  # step jj of every band
-        s, err = _two_sum(xh[:, c].astype(np.float64), -x16[:, c].astype(np.float64))
-        neg = s < 0
-        e = _ru32(np.where(neg, -s, s), np.where(neg, -err, err))
-        e64 = e.astype(np.float64)
-        t = np.maximum(_ru32(e64 * e64, np.zeros_like(e64)), tiny)
+        r64 = res[:, c].astype(np.float64)
+        t = _ru32(r64 * r64, np.zeros_like(r64))
         acc = _ru32(*_two_sum(acc.astype(np.float64), t.astype(np.float64)))
-        eo = up(np.abs(xh[:, c] - x16[:, c]))
-        so = eo * eo
-        to = np.where(eo == 0, np.float32(0), np.where(so < tiny, tiny, up(so)))
-        old = up(old + to)
+        sd, err = _two_sum(xh[:, c].astype(np.float64), -x16[:, c].astype(np.float64))
+        neg = sd < 0
+        e = _ru32(np.where(neg, -sd, sd), np.where(neg, -err, err)).astype(np.float64)
+        to = np.maximum(_ru32(e * e, np.zeros_like(e)), tiny)
+        old = _ru32(*_two_sum(old.astype(np.float64), to.astype(np.float64)))
     want = _witness_fp16(acc)
     assert np.array_equal(q.witness[:, 0].view(np.uint16), want.view(np.uint16))
     assert np.any(_witness_fp16(old).view(np.uint16) != want.view(np.uint16))

@@ -42,6 +42,10 @@ C_EVAL_SLACK = 1.0 + 2.0 ** -10
 UNIT_ROUNDOFF = 2.0 ** -24
 LOGIT_ROUNDINGS = 4
 CODE_ABS_BOUND = 127.5
+# A quantized channel's x̂ is the exact product s·fl(k − ξ) (what Tier A's witness and Tier B bound,
+# and what the form-(I) decode multiplies); an fp32 read path forms fl(s·fl(k − ξ)): one more
+# rounding of each quantized term of its dot product (docs/certificate.md §10.1).
+DEQUANT_ROUNDINGS = 1
 # Flush-to-zero (the GPU) or gradual underflow (the CPU) costs at most this much, absolutely, per
 # fp32 operation whose result or operand is below the smallest normal number.
 FP32_MIN_NORMAL = 2.0 ** -126

@@ -101,9 +101,10 @@ def dot_gamma(dot_height: int) -> float:
 
 
 def gamma_steps(dot_height: int) -> np.float32:
-    """The evaluation term per unit of ``sm·s_g·Q1_g`` on quantized channels:
-    ``127.5·(1 + u)·γ_n`` rounded up (``|x̂_c| ≤ 127.5·(1 + u)·s_g``)."""
-    return f32_up(C.CODE_ABS_BOUND * (1.0 + C.UNIT_ROUNDOFF) * dot_gamma(dot_height))
+    """The evaluation term per unit of ``sm·s_g·Q1_g`` on quantized channels of an fp32 read path:
+    ``127.5·(1 + u)·γ_{n+1}`` rounded up (``|x̂_c| ≤ 127.5·(1 + u)·s_g``; the one more rounding is
+    the read path's fp32 product ``fl(s·fl(k − ξ))``, ``DEQUANT_ROUNDINGS``)."""
+    return f32_up(C.CODE_ABS_BOUND * (1.0 + C.UNIT_ROUNDOFF) * dot_gamma(dot_height + C.DEQUANT_ROUNDINGS))
 
 
 def gamma_exact(dot_height: int, sm_scale: float) -> np.float32:

@@ -179,9 +179,6 @@ def next_up(x):
     return x
 
 
-_F32_MIN_NORMAL = np.float32(1.1754943508222875e-38)
-
-
 @njit(inline="always", cache=True)
 def two_sum(a, b):
     """(s, err): a + b to nearest and its exact error, s + err = a + b (Knuth's TwoSum, float32)."""
@@ -199,21 +196,19 @@ def add_up(a, b):
 
 
 @njit(inline="always", cache=True)
-def abs_diff_up(a, b):
-    """|a − b| in float32 rounded up (twin of max(__fsub_ru(a, b), __fsub_ru(b, a))): the
-    difference to nearest, one step up in magnitude when rounding lost some."""
-    d, err = two_sum(a, -b)
-    e = abs(d)
-    if (d > np.float32(0.0) and err > np.float32(0.0)) or (d < np.float32(0.0) and err < np.float32(0.0)):
-        e = next_up(e)
-    return e
+def mul_up(a, b):
+    """a·b in float32 rounded toward +inf (twin of __fmul_ru; the float64 product is exact)."""
+    p = a * b
+    if np.float64(p) < np.float64(a) * np.float64(b):
+        p = next_up(p)
+    return p
 
 
 @njit(inline="always", cache=True)
-def square_term_up(e):
-    """max(e·e rounded up, smallest normal) for a finite e >= 0: an upper bound on e² that
-    flush-to-zero cannot change (twin of common.cuh square_term_up)."""
-    p = e * e
-    if np.float64(p) < np.float64(e) * np.float64(e):  # (the float64 product is exact)
-        p = next_up(p)
-    return p if p > _F32_MIN_NORMAL else _F32_MIN_NORMAL
+def sqrt_up(a):
+    """sqrt(a) in float32 rounded toward +inf for a >= 0 (twin of __fsqrt_ru): the root to nearest,
+    one step up when its square (exact in float64) falls short of a."""
+    r = np.sqrt(a)
+    if np.float64(r) * np.float64(r) < np.float64(a):
+        r = next_up(r)
+    return r

@@ -10,8 +10,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import _contract as C
-from .bits import abs_diff_up, add_up, dither_row, f16_bits_to_f32, f32_to_f16_bits_ru, next_up, philox4x32, \
-    square_term_up
+from .bits import add_up, dither_row, f16_bits_to_f32, f32_to_f16_bits_ru, mul_up, philox4x32, sqrt_up
 
 _DIV = np.float32(C.SCALE_DIVISOR)
 _MARGIN = np.float32(C.WITNESS_MARGIN)
@@ -54,7 +53,7 @@ def write_rows(x_bits, dest_rows, slots, epochs, side, layer, head_base, k0, k1,
         row = dest_rows[i]
         x = np.empty(d, np.float32)
         xi = np.empty(d, np.float32)
-        xhat = np.empty(d, np.float32)
+        err2 = np.zeros(d, np.float32)
         byp = np.zeros(d, np.bool_)
         for j in range(npb):
             byp[bypass_ch[h, j]] = True
@@ -88,31 +87,31 @@ def write_rows(x_bits, dest_rows, slots, epochs, side, layer, head_base, k0, k1,
                 if live and not byp[c]:
                     k = np.rint(x[c] / sb + xi[c])
                 codes[h, row, c] = np.int8(k)
-                xhat[c] = sb * (k - xi[c])
+                if live and not byp[c]:
+                    # the residual s·fl(k − ξ) − x is exact in float64 (at most 48 significant bits:
+                    # docs/certificate.md §3), so this is the kernel's fma rounded once to nearest
+                    r = np.float32(np.float64(sb) * np.float64(k - xi[c]) - np.float64(x[c]))
+                    err2[c] = mul_up(r, r)
         for j in range(npb):
             outliers[h, row, j] = x_bits[i, h, bypass_ch[h, j]]
         for b in range(nbands):
-            witness[h, row, b] = _INF16 if row_bad else band_witness(xhat, x, byp, band_ch[b])
+            witness[h, row, b] = _INF16 if row_bad else band_witness(err2, band_ch[b])
         if row_bad:
             poisoned[i, h] = 1
 
 
 @njit(inline="always", cache=True)
-def band_witness(xhat, x, byp, channels):
-    """fp16 bits of ``||x̂_b − x_b||_2 · (1 + 2^-20)``, rounded up, over ``channels`` (SPEC §3.5).
+def band_witness(err2, channels):
+    """fp16 bits of the band's witness (SPEC §3.5) from the squared residuals ``err2`` (each the
+    residual rounded to nearest once, squared and rounded up; 0 on bypassed channels).
 
-    Every fp32 step is rounded toward +inf (|x̂ − x|, its square with the smallest normal as a
-    floor, each addition; the square root to nearest then one step up), so the stored value bounds
-    the exact norm for any band width (docs/certificate.md §3).  The order is fixed (channel list
-    order), which makes the result bit-identical to the CUDA twin.
+    The running sum over ``channels`` in list order, each addition rounded toward +inf; the square
+    root rounded toward +inf; times the margin; rounded up into fp16 (docs/certificate.md §3).  The order is fixed, which makes the result bit-identical to the CUDA twin.
     """
     acc = np.float32(0.0)
     for jj in range(channels.shape[0]):
-        c = channels[jj]
-        if byp[c]:
-            continue
-        acc = add_up(acc, square_term_up(abs_diff_up(xhat[c], x[c])))
-    return np.uint16(f32_to_f16_bits_ru(next_up(np.sqrt(acc)) * _MARGIN))
+        acc = add_up(acc, err2[channels[jj]])
+    return np.uint16(f32_to_f16_bits_ru(sqrt_up(acc) * _MARGIN))
 
 
 @njit(parallel=True, cache=True)
@@ -126,18 +125,19 @@ def store_fp16_rows(exact_bits, stored_bits, dest_rows, band_ch, values, witness
         i = it // H
         h = it % H
         row = dest_rows[i]
-        x = np.empty(d, np.float32)
-        xs = np.empty(d, np.float32)
-        byp = np.zeros(d, np.bool_)
+        err2 = np.zeros(d, np.float32)
         bad = False
         for c in range(d):
-            x[c] = f16_bits_to_f32(exact_bits[i, h, c])
-            xs[c] = f16_bits_to_f32(stored_bits[i, h, c])
+            x = f16_bits_to_f32(exact_bits[i, h, c])
+            xs = f16_bits_to_f32(stored_bits[i, h, c])
             values[h, row, c] = stored_bits[i, h, c]
-            if not (is_finite32(x[c]) and is_finite32(xs[c])):
+            if not (is_finite32(x) and is_finite32(xs)):
                 bad = True
+            else:
+                r = np.float32(np.float64(xs) - np.float64(x))  # exact in float64: rounded once
+                err2[c] = mul_up(r, r)
         for b in range(nbands):
-            witness[h, row, b] = _INF16 if bad else band_witness(xs, x, byp, band_ch[b])
+            witness[h, row, b] = _INF16 if bad else band_witness(err2, band_ch[b])
         if bad:
             poisoned[i, h] = 1
 
