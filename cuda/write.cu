@@ -157,6 +157,145 @@ __device__ __forceinline__ u32 wr_code_word(const u32 (&mb)[4]) {
     return __byte_perm(__byte_perm(mb[0], mb[1], 0x0040u), __byte_perm(mb[2], mb[3], 0x0040u), 0x5410u);
 }
 
+// The quantization of a lane's 32 channels when every group of its row is live (the fast path):
+// z = x/s + ξ with ξ's power-of-two scaling folded into one FMA (exact product, one rounding: the
+// twin's fp32 sum); with a witness (WIT) k − ξ the same way (the fp32 rounding of the exact
+// difference, as the twin's subtraction) and the residual's square staged at er_mine[j].  Every
+// channel is treated as quantized: the caller masks the bypassed ones afterwards.  The Philox
+// calls are written where their words are used, so ptxas keeps one or two calls' words live.
+template <int BITS, bool WIT>
+__device__ __forceinline__ void wr_quantize_live(const u32 (&xh)[WR_CPT / 2], const float (&sb)[WR_CPT / 16],
+                                                 const float (&rcp)[WR_CPT / 16], i64 slot, int side, int c0,
+                                                 u32 ctr2, u32 k0, u32 k1, float* er_mine,
+                                                 u32 (&packed)[WR_CPT / 4]) {
+    constexpr int PC = BITS == 8 ? 16 : (BITS == 16 ? 8 : 4);  // channels per Philox call
+#pragma unroll
+    for (int q = 0; q < WR_CPT / PC; ++q) {
+        const u32x4 w = philox10((u32)slot, dither_ctr1(side, c0 / PC + q), ctr2, 0u, k0, k1);
+#pragma unroll
+        for (int e4 = 0; e4 < PC; e4 += 4) {  // four channels at a time: one code word
+            u32 mb[4];
+            float er[4];  // (stored in pairs: four at once left ptxas one register short at 8 bits)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int j = PC * q + e4 + e;
+                const float x = wr_channel(xh, j);
+                const float xs = xi_scaled<BITS>(w, e4 + e);
+                const float z = __fmaf_rn(xs, xi_unscale<BITS>(), quotient_rn(x, sb[j / 16], rcp[j / 16]));
+                const float m = __fadd_rn(z, WR_RINT_MAGIC);
+                mb[e] = __float_as_uint(m);
+                if constexpr (WIT) {
+                    const float kmxi = __fmaf_rn(-xs, xi_unscale<BITS>(), __fsub_rn(m, WR_RINT_MAGIC));
+                    er[e] = square_up(__fmaf_rn(sb[j / 16], kmxi, -x));
+                    if (e & 1)
+                        *reinterpret_cast<float2*>(&er_mine[PC * q + e4 + e - 1]) = make_float2(er[e - 1], er[e]);
+                }
+            }
+            packed[(PC * q + e4) / 4] = wr_code_word(mb);
+        }
+    }
+}
+
+// bit j set for each channel c0 + j (j < WR_CPT) among the row's NP2 bypassed channels `ch`
+__device__ __forceinline__ u32 wr_bypass_mask(const int* __restrict__ ch, int NP2, int c0) {
+    u32 m = 0u;
+    for (int t = 0; t < NP2; ++t) {
+        const int j = ch[t] - c0;
+        if ((unsigned)j < (unsigned)WR_CPT) m |= 1u << j;
+    }
+    return m;
+}
+
+// One lane's bands of a row, in the twin's band order, with the band width a compile-time constant
+// (PER channels; NEOX: pairs {i, i + D/2}): lane tr sums bands tr·BPL .. tr·BPL + BPL − 1 from the
+// row's staged squares `er` and stores their witnesses as one vector.  Same chain, same bits as
+// wr_band_sums_any; write_rows_impl takes this one for bands of 4, 8 and 16 channels (16 bands at
+// d = 64, 128 and 256, and their neighbours), where the general loop's runtime trip counts and
+// addressing cost more than the sums themselves.
+template <int D, int PER, bool NEOX>
+__device__ __forceinline__ void wr_band_sums(const float* er, int tr, bool rbad, u16* wit_row) {
+    constexpr int TPR = D / WR_CPT, NB = D / PER, BPL = NB / TPR;
+    static_assert(BPL >= 1 && BPL <= 8 && PER % 4 == 0, "a lane's bands fit one vector store");
+    static_assert(BPL * PER == 32, "a lane's bands are 32 channels");
+    // The lane's bands cover 32 consecutive channels (GPT-J: its own, tr·32 ..) or 16 consecutive
+    // pairs (NeoX: tr·16 .. and their partners D/2 further), each run inside one 32-channel chunk of
+    // the staging row: one base each, compile-time offsets.
+    const float* lo_s = er + (NEOX ? wr_wit_at(16 * tr) : wr_wit_at(32 * tr));
+    const float* hi_s = er + wr_wit_at(16 * tr + D / 2);
+    u32 h[(BPL + 1) / 2];
+#pragma unroll
+    for (int k = 0; k < (BPL + 1) / 2; ++k) h[k] = 0u;
+#pragma unroll
+    for (int bl = 0; bl < BPL; ++bl) {
+        float acc = 0.0f;
+        if constexpr (!NEOX) {
+#pragma unroll
+            for (int c = 0; c < PER; c += 4) {
+                const float4 e = *reinterpret_cast<const float4*>(&lo_s[bl * PER + c]);
+                acc = __fadd_ru(__fadd_ru(__fadd_ru(__fadd_ru(acc, e.x), e.y), e.z), e.w);
+            }
+        } else if constexpr (PER == 4) {  // two pairs
+            const float2 lo = *reinterpret_cast<const float2*>(&lo_s[2 * bl]);
+            const float2 hi = *reinterpret_cast<const float2*>(&hi_s[2 * bl]);
+            acc = __fadd_ru(__fadd_ru(__fadd_ru(__fadd_ru(acc, lo.x), hi.x), lo.y), hi.y);
+        } else {
+#pragma unroll
+            for (int c = 0; c < PER / 2; c += 4) {
+                const float4 lo = *reinterpret_cast<const float4*>(&lo_s[bl * (PER / 2) + c]);
+                const float4 hi = *reinterpret_cast<const float4*>(&hi_s[bl * (PER / 2) + c]);
+                acc = __fadd_ru(__fadd_ru(__fadd_ru(__fadd_ru(acc, lo.x), hi.x), lo.y), hi.y);
+                acc = __fadd_ru(__fadd_ru(__fadd_ru(__fadd_ru(acc, lo.z), hi.z), lo.w), hi.w);
+            }
+        }
+        const u32 w = rbad ? (u32)WC_FP16_INF : (u32)witness_f16_of_sum(acc);
+        h[bl / 2] |= w << (16 * (bl % 2));
+    }
+    u16* dst = wit_row + tr * BPL;  // (BPL·2 bytes, aligned to its size)
+    if constexpr (BPL == 8) *reinterpret_cast<uint4*>(dst) = make_uint4(h[0], h[1], h[2], h[3]);
+    else if constexpr (BPL == 4) *reinterpret_cast<uint2*>(dst) = make_uint2(h[0], h[1]);
+    else if constexpr (BPL == 2) *reinterpret_cast<u32*>(dst) = h[0];
+    else *dst = (u16)h[0];
+}
+
+// Every band width: lane tr sums bands tr, tr + TPR, ... of the row in the twin's band order
+// (_cpu/write.py::band_witness's chain), every addition rounded up; a bypassed channel's term is 0,
+// which leaves the sum exact.
+template <int D>
+__device__ __noinline__ void wr_band_sums_any(const float* er, int tr, int per, bool neox, bool rbad, u16* wit_row) {
+    constexpr int TPR = D / WR_CPT;
+    const int NB = D / per;
+    for (int b = tr; b < NB; b += TPR) {
+        float acc = 0.0f;
+        if (!neox) {  // channels b·per .. b·per + per − 1
+            const int cb = b * per;
+            if ((per & 3) == 0) {
+#pragma unroll 2
+                for (int c = cb; c < cb + per; c += 4) {
+                    const float4 e = *reinterpret_cast<const float4*>(&er[wr_wit_at(c)]);
+                    acc = __fadd_ru(__fadd_ru(__fadd_ru(__fadd_ru(acc, e.x), e.y), e.z), e.w);
+                }
+            } else {
+                for (int c = cb; c < cb + per; ++c) acc = __fadd_ru(acc, er[wr_wit_at(c)]);
+            }
+        } else {  // pairs b·per/2 .. : channels i, i + D/2 in turn
+            const int pb = per / 2, ib = b * pb;
+            if ((pb & 3) == 0) {
+#pragma unroll 2
+                for (int c = ib; c < ib + pb; c += 4) {
+                    const float4 lo = *reinterpret_cast<const float4*>(&er[wr_wit_at(c)]);
+                    const float4 hi = *reinterpret_cast<const float4*>(&er[wr_wit_at(c + D / 2)]);
+                    acc = __fadd_ru(__fadd_ru(__fadd_ru(__fadd_ru(acc, lo.x), hi.x), lo.y), hi.y);
+                    acc = __fadd_ru(__fadd_ru(__fadd_ru(__fadd_ru(acc, lo.z), hi.z), lo.w), hi.w);
+                }
+            } else {
+                for (int c = ib; c < ib + pb; ++c)
+                    acc = __fadd_ru(__fadd_ru(acc, er[wr_wit_at(c)]), er[wr_wit_at(c + D / 2)]);
+            }
+        }
+        wit_row[b] = rbad ? (u16)WC_FP16_INF : witness_f16_of_sum(acc);
+    }
+}
+
 // write_rows: grid (ceil(n / rows per block), H · nsides), block WR_THREADS.  32 channels of one
 // row (token i, kv head h, side) per thread, TPR = D / 32 threads per row (a power of two that
 // divides 32: a row never leaves its warp), WR_THREADS / TPR consecutive tokens of one (kv head,
@@ -167,10 +306,10 @@ __device__ __forceinline__ u32 wr_code_word(const u32 (&mb)[4]) {
 // NaN-propagating maximum).  x / sb is the IEEE quotient from the group's reciprocal (quotient_rn,
 // checked against division for every fp16 pair by tests/test_gpu.py); every other operation is
 // the twin's, so codes, scales, outliers and witness are bit-identical to _cpu/write.py::write_rows.
-// Witness (WIT): each lane stages its channels' rounded-up squared residuals in shared memory, then
-// lane tr of a row sums bands tr, tr + TPR, ... in the twin's band order: band_channels' bands of
-// whole RoPE pairs (config.band_channels), consecutive channels (GPT-J) or pairs {i, i + D/2}
-// (NeoX, `neox`), `per` channels a band.
+// Witness (WIT): each lane stages its channels' squared residuals in shared memory, then the row's
+// lanes sum its bands in the twin's band order: band_channels' bands of whole RoPE pairs
+// (config.band_channels), consecutive channels (GPT-J) or pairs {i, i + D/2} (NeoX, `neox`), `per`
+// channels a band (wr_band_sums for 4, 8 and 16, wr_band_sums_any otherwise).
 template <int D, int BITS, bool WIT>
 __device__ __forceinline__ void write_rows_impl(
     const void* __restrict__ xk, const void* __restrict__ xv, int in_dtype, int vec,
@@ -221,11 +360,7 @@ __device__ __forceinline__ void write_rows_impl(
 #pragma unroll
         for (int q = 0; q < CPT / 8; ++q) e[q] = make_uint4(xh[4 * q], xh[4 * q + 1], xh[4 * q + 2], xh[4 * q + 3]);
     }
-    u32 bmask = 0;                                         // bypassed channels among this thread's
-    for (int t = 0; t < NP2; ++t) {
-        const int ch = bypass_ch[h * NP2 + t] - c0;
-        if ((unsigned)ch < (unsigned)CPT) bmask |= 1u << ch;
-    }
+    u32 bmask = wr_bypass_mask(bypass_ch + h * NP2, NP2, c0);  // bypassed channels among this thread's
     // per 16-channel part, as fp16 bits: the largest |x| over every channel (above 0x7BFF: the
     // group's non-finite flag, SPEC §3.6, bypassed channels included) and over the quantized
     // channels (the scale's amax).  A maximum is order-free, so any combination gives the twin's.
@@ -295,36 +430,13 @@ __device__ __forceinline__ void write_rows_impl(
     }
 
     u32 packed[CPT / 4];                                   // the codes, four a word
-    if (all_live && !bmask) {
-        // the common case, every channel quantized: z = x/s + ξ with ξ's power-of-two scaling
-        // folded into one FMA (exact product, one rounding: the twin's fp32 sum); with a witness
-        // k − ξ the same way (the fp32 rounding of the exact difference, as the twin's subtraction)
-#pragma unroll
-        for (int q = 0; q < CPT / PC; ++q) {
-            const u32x4 w = philox10((u32)slot, dither_ctr1(side, c0 / PC + q), ctr2, 0u, k0, k1);
-#pragma unroll
-            for (int e4 = 0; e4 < PC; e4 += 4) {  // four channels at a time: one code word
-                u32 mb[4];
-                float er[4];  // (stored in pairs: four at once left ptxas one register short at 8 bits)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int j = PC * q + e4 + e;
-                    const float x = wr_channel(xh, j);
-                    const float xs = xi_scaled<BITS>(w, e4 + e);
-                    const float z = __fmaf_rn(xs, xi_unscale<BITS>(), quotient_rn(x, sb[j / 16], rcp[j / 16]));
-                    const float m = __fadd_rn(z, WR_RINT_MAGIC);
-                    mb[e] = __float_as_uint(m);
-                    if constexpr (WIT) {
-                        const float kmxi = __fmaf_rn(-xs, xi_unscale<BITS>(), __fsub_rn(m, WR_RINT_MAGIC));
-                        er[e] = square_up(__fmaf_rn(sb[j / 16], kmxi, -x));
-                        if (e & 1)
-                            *reinterpret_cast<float2*>(&err2_s[rb][wr_wit_at(c0 + PC * q + e4 + e - 1)]) =
-                                make_float2(er[e - 1], er[e]);
-                    }
-                }
-                packed[(PC * q + e4) / 4] = wr_code_word(mb);
-            }
-        }
+    // (WIT) this lane's 32 staged squares: channel c0 + j at er_mine[j], one base for every store
+    float* er_mine = &err2_s[rb][wr_wit_at(c0)];
+    // A row-uniform choice (the row's lanes run one path, so a warp does not run both): a row whose
+    // groups are all live (the common case, outlier pairs included) takes the fast path, a row with
+    // a zero or non-finite group the general one.
+    if (__all_sync(seg, all_live)) {
+        wr_quantize_live<BITS, WIT>(xh, sb, rcp, slot, side, c0, ctr2, k0, k1, er_mine, packed);
     } else {
 #pragma unroll
         for (int q = 0; q < CPT / PC; ++q) {
@@ -350,7 +462,7 @@ __device__ __forceinline__ void write_rows_impl(
                 }
                 packed[(PC * q + e4) / 4] = wr_code_word(mb);
                 if constexpr (WIT)
-                    *reinterpret_cast<float4*>(&err2_s[rb][wr_wit_at(c0 + PC * q + e4)]) =
+                    *reinterpret_cast<float4*>(&er_mine[PC * q + e4]) =
                         make_float4(er[0], er[1], er[2], er[3]);
             }
         }
@@ -359,46 +471,31 @@ __device__ __forceinline__ void write_rows_impl(
 #pragma unroll
     for (int q = 0; q < CPT / 16; ++q)
         cdst[q] = make_uint4(packed[4 * q], packed[4 * q + 1], packed[4 * q + 2], packed[4 * q + 3]);
+    // bypassed channels store code 0 and the witness term 0: the fast path quantized them with the
+    // rest and they are overwritten here (the general path stored them so already).  The mask is
+    // read again rather than kept live through the quantization: 24-bit dither has no register
+    // to spare.
+    for (u32 bb = wr_bypass_mask(bypass_ch + h * NP2, NP2, c0); bb != 0u; bb &= bb - 1u) {
+        const int j = __ffs(bb) - 1;
+        codes[row * D + c0 + j] = 0;
+        if constexpr (WIT) er_mine[j] = 0.0f;
+    }
     for (int t = 0; t < NP2; ++t) {
         const int ch = bypass_ch[h * NP2 + t];
         if ((unsigned)(ch - c0) < (unsigned)CPT) outl[row * NP2 + t] = load_as_f16(x_in, src + ch, in_dtype);
     }
     if constexpr (WIT) {
-        const int per = D / NB;
+        const int per = D >> (__ffs(NB) - 1);  // (NB is a power of two: it divides D / 2)
         __syncwarp(seg);
         const float* er = err2_s[rb];
-        // each band's running sum in band order (_cpu/write.py::band_witness's chain), every
-        // addition rounded up; a bypassed channel's term is 0, which leaves the sum exact
-        for (int b = tr; b < NB; b += TPR) {
-            float acc = 0.0f;
-            if (!neox) {  // channels b·per .. b·per + per − 1
-                const int cb = b * per;
-                if ((per & 3) == 0) {
-#pragma unroll 2
-                    for (int c = cb; c < cb + per; c += 4) {
-                        const float4 e = *reinterpret_cast<const float4*>(&er[wr_wit_at(c)]);
-                        acc = __fadd_ru(__fadd_ru(__fadd_ru(__fadd_ru(acc, e.x), e.y), e.z), e.w);
-                    }
-                } else {
-                    for (int c = cb; c < cb + per; ++c) acc = __fadd_ru(acc, er[wr_wit_at(c)]);
-                }
-            } else {  // pairs b·per/2 .. : channels i, i + D/2 in turn
-                const int pb = per / 2, ib = b * pb;
-                if ((pb & 3) == 0) {
-#pragma unroll 2
-                    for (int c = ib; c < ib + pb; c += 4) {
-                        const float4 lo = *reinterpret_cast<const float4*>(&er[wr_wit_at(c)]);
-                        const float4 hi = *reinterpret_cast<const float4*>(&er[wr_wit_at(c + D / 2)]);
-                        acc = __fadd_ru(__fadd_ru(__fadd_ru(__fadd_ru(acc, lo.x), hi.x), lo.y), hi.y);
-                        acc = __fadd_ru(__fadd_ru(__fadd_ru(__fadd_ru(acc, lo.z), hi.z), lo.w), hi.w);
-                    }
-                } else {
-                    for (int c = ib; c < ib + pb; ++c)
-                        acc = __fadd_ru(__fadd_ru(acc, er[wr_wit_at(c)]), er[wr_wit_at(c + D / 2)]);
-                }
-            }
-            wit[row * NB + b] = rbad ? (u16)WC_FP16_INF : witness_f16_of_sum(acc);
-        }
+        u16* wit_row = wit + row * NB;
+        if (!neox && per == 4) wr_band_sums<D, 4, false>(er, tr, rbad, wit_row);
+        else if (!neox && per == 8) wr_band_sums<D, 8, false>(er, tr, rbad, wit_row);
+        else if (!neox && per == 16) wr_band_sums<D, 16, false>(er, tr, rbad, wit_row);
+        else if (neox && per == 4) wr_band_sums<D, 4, true>(er, tr, rbad, wit_row);
+        else if (neox && per == 8) wr_band_sums<D, 8, true>(er, tr, rbad, wit_row);
+        else if (neox && per == 16) wr_band_sums<D, 16, true>(er, tr, rbad, wit_row);
+        else wr_band_sums_any<D>(er, tr, per, neox != 0, rbad, wit_row);
     }
     if (tr == 0 && rbad) atomicAdd(&counters[0], 1ull);
 }

@@ -268,9 +268,9 @@ def test_write_quotient_is_ieee_division_for_every_fp16_pair():
                                        (128, 16, 24)])
 def test_write_group_sizes_witness_layouts_and_unaligned_input(d, gs, bits):
     """Scale groups from 16 channels (two in one thread) up to the whole row; without a witness and
-    with one of 4 and d/4 bands (bands of whole 16-byte runs and of one or two pairs, the kernel's
-    vector and scalar band reads) in both RoPE layouts; an input whose start is not 16-byte
-    aligned (the element-wise load path): bit-identical to the CPU twin."""
+    with one of 4, d/16, d/8 and d/4 bands (bands of 16, 8 and 4 channels: the kernel's
+    compile-time band sums; wider bands: its general loop) in both RoPE layouts; an input whose
+    start is not 16-byte aligned (the element-wise load path): bit-identical to the CPU twin."""
     rng = np.random.default_rng(d + gs)
     n, H = 300, 3
     x = _adversarial(rng, n * H, d).reshape(n, H, d)
@@ -280,7 +280,8 @@ def test_write_group_sizes_witness_layouts_and_unaligned_input(d, gs, bits):
     flat[1:] = cp.asarray(x.astype(np.float16).ravel())
     xg = flat[1:].reshape(n, H, d)
     assert xg.data.ptr % 16 != 0
-    for bands, rope in ((4, "neox"), (d // 4, "neox"), (4, "gptj"), (d // 4, "gptj"), (0, "neox")):
+    widths = sorted({4, d // 16, d // 8, d // 4})
+    for bands, rope in [(nb, rope) for nb in widths for rope in ("neox", "gptj")] + [(0, "neox")]:
         cfg = wc.QuantConfig(d, group_size=gs, dither_bits=bits, seed=11, witness_bands=bands, rope=rope,
                              outlier_pairs=np.array([[[0, 3], [1, 2], [d // 2 - 1, 4]]]))
         a = wc.quantize(x.astype(np.float16), slots, layer=0, side="v", config=cfg)
