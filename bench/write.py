@@ -39,8 +39,9 @@ def main():
     b = cp.empty_like(a)
     a[...] = 1
     # the copy engine path (cudaMemcpyAsync device to device), bytes read + written
-    copy_us, _ = time_cupy([lambda: cp.cuda.runtime.memcpyAsync(b.data.ptr, a.data.ptr, nbytes, 3,
-                                                                cp.cuda.get_current_stream().ptr)], args.reps)
+    copy_t = time_cupy([lambda: cp.cuda.runtime.memcpyAsync(b.data.ptr, a.data.ptr, nbytes, 3,
+                                                            cp.cuda.get_current_stream().ptr)], args.reps)
+    copy_us = copy_t[0]
     copy_gbps = 2 * nbytes / copy_us / 1e3
     copy16 = cp.RawKernel(r"""
     extern "C" __global__ void copy16(const uint4* __restrict__ a, uint4* __restrict__ b, long long n) {
@@ -48,7 +49,8 @@ def main():
             b[i] = a[i];
     }""", "copy16")
     n16 = nbytes // 16
-    kcopy_us, _ = time_cupy([lambda: copy16((132 * 16,), (512,), (a, b, np.int64(n16)))], args.reps)
+    kcopy_t = time_cupy([lambda: copy16((132 * 16,), (512,), (a, b, np.int64(n16)))], args.reps)
+    kcopy_us = kcopy_t[0]
     assert bool((b == a).all())
     kcopy_gbps = 2 * nbytes / kcopy_us / 1e3
     best_copy = max(copy_gbps, kcopy_gbps)
@@ -82,21 +84,25 @@ def main():
             if bands:
                 got_w = pool.witness[0, side, :, :m].get().transpose(1, 0, 2)
                 assert np.array_equal(got_w.view(np.uint16), ref.witness.view(np.uint16)), "witness differs"
-        us, _ = time_cupy([lambda: pool.write(0, slots, k, v)], args.reps)
+        t = time_cupy([lambda: pool.write(0, slots, k, v)], args.reps)
+        us = t[0]
         moved = n * H * (2 * 2 * d + 2 * cfg.bytes_per_token_side())
         rows.append(dict(method="witcert_write", tokens=n, kv_heads=H, head_dim=d, dither_bits=bits,
                          witness_bands=bands, outlier_pairs=pairs, us=us, gbps=moved / us / 1e3, copy_gbps=copy_gbps,
                          kernel_copy_gbps=kcopy_gbps, ratio_copy=moved / us / 1e3 / best_copy,
-                         ratio_memcpy=moved / us / 1e3 / copy_gbps))
+                         ratio_memcpy=moved / us / 1e3 / copy_gbps,
+                         clocks=t.clocks))  # the SM clock sets an issue-bound kernel's time (gpu_clocks.py)
+        sm = f", SM {t.clocks['sm_mhz_median']:.0f} MHz" if t.clocks else ""
         print(f"write bits={bits} bands={bands} pairs={pairs}: {us:.1f} us, {moved / us / 1e3:.0f} GB/s = "
-              f"{rows[-1]['ratio_copy']:.2f} of the best copy ({best_copy:.0f} GB/s), verified", flush=True)
+              f"{rows[-1]['ratio_copy']:.2f} of the best copy ({best_copy:.0f} GB/s), verified{sm}", flush=True)
         pool = k = v = None
         cp.get_default_memory_pool().free_all_blocks()
     date = datetime.date.today().isoformat()
     dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     meta = {"date": date, "gpu": dev["name"].decode(), "copy_gbps": copy_gbps, "kernel_copy_gbps": kcopy_gbps,
             "copy_bytes": 2 * nbytes, "ratio_copy_is_against": "max(copy_gbps, kernel_copy_gbps)",
-            "command": " ".join(["python3"] + sys.argv), "cupy": cp.__version__}
+            "command": " ".join(["python3"] + sys.argv), "cupy": cp.__version__,
+            "copy_clocks": copy_t.clocks, "kernel_copy_clocks": kcopy_t.clocks}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "write.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
