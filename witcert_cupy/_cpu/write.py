@@ -106,7 +106,8 @@ def band_witness(err2, channels):
     residual rounded to nearest once, squared and rounded up; 0 on bypassed channels).
 
     The running sum over ``channels`` in list order, each addition rounded toward +inf; the square
-    root rounded toward +inf; times the margin; rounded up into fp16 (docs/certificate.md §3).  The order is fixed, which makes the result bit-identical to the CUDA twin.
+    root rounded toward +inf; times the margin; rounded up into fp16 (docs/certificate.md §3).  The
+    order is fixed, which makes the result bit-identical to the CUDA twin.
     """
     acc = np.float32(0.0)
     for jj in range(channels.shape[0]):
