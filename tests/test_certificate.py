@@ -60,7 +60,9 @@ def test_no_violations_random_and_adversarial(seed, d, G, S, page, tier, bits, q
 @pytest.mark.parametrize("d,bands", [(128, 16), (128, 4), (64, 1)])
 def test_tier_a_adaptive_worst_case_queries(d, bands):
     """Queries built from the residual itself (what an adversary who saw the cache would pick):
-    Tier A is deterministic and must hold; each band of q points along r_b of one target token."""
+    Tier A is deterministic and must hold; each band of q points along r_b of one target token.  The
+    residual is the exact product's, x̂ = s·fl(k − ξ), the one the witness bounds (the fp32 read
+    paths' rounding of it is in their evaluation term)."""
     rng = np.random.default_rng(d + bands)
     cfg = wc.QuantConfig(d, witness_bands=bands, dither_bits=8)
     pool, table, _, _ = filled_pool(rng, lengths=[200, 60], H=2, d=d, cfg=cfg)
@@ -70,7 +72,7 @@ def test_tier_a_adaptive_worst_case_queries(d, bands):
         q = np.zeros((2, 4, d))
         for b in range(2):
             rows = reference.request_rows(pool, 0, pt, b)
-            res = rows["k_hat"] - rows["k_exact"]  # [S, Hkv, d]
+            res = reference.exact_products(pool, 0, rows["slots"], "k") - rows["k_exact"]  # [S, Hkv, d]
             for hq in range(4):
                 t = rng.integers(len(res))
                 sign = 1 if trial % 2 else -1
@@ -82,7 +84,9 @@ def test_tier_a_adaptive_worst_case_queries(d, bands):
         assert np.all(tv <= r.tv_bound)
         for b in range(2):
             rows = reference.request_rows(pool, 0, pt, b)
-            eps = reference.logits(q[b], rows["k_hat"]) - reference.logits(q[b], rows["k_exact"])
+            k_hat = reference.exact_products(pool, 0, rows["slots"], "k")
+            np.testing.assert_allclose(rows["k_hat"], k_hat, rtol=2.0**-24, atol=0)  # the fp32 reading: one rounding
+            eps = reference.logits(q[b], k_hat) - reference.logits(q[b], rows["k_exact"])
             ca = reference.c_tier_a(q[b], rows["k_witness"], cfg)
             assert np.all(np.abs(eps) <= ca)
             worst_eps.append((np.abs(eps) / ca).max())
@@ -106,7 +110,9 @@ def test_tier_b_fixed_queries_and_failure_rate():
         dl = certificate.delta_loc(cert, H * G, pool.num_layers)
         for b in range(6):
             rows = reference.request_rows(pool, 0, pt, b)
-            eps = reference.logits(q[b], rows["k_hat"]) - reference.logits(q[b], rows["k_exact"])
+            k_hat = reference.exact_products(pool, 0, rows["slots"], "k")
+            np.testing.assert_allclose(rows["k_hat"], k_hat, rtol=2.0**-24, atol=0)  # the fp32 reading: one rounding
+            eps = reference.logits(q[b], k_hat) - reference.logits(q[b], rows["k_exact"])
             cb = reference.c_tier_b(q[b], rows["k_scales"], cfg, layer=0, kv_heads_bypass=pool.bypass_ch[0],
                                     S=64, delta_loc=dl)
             over = np.abs(eps) > cb

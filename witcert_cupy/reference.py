@@ -194,6 +194,29 @@ def request_rows(pool, layer, page_table, b):
     return out
 
 
+def exact_products(pool, layer, slots, side):
+    """The exact ``x̂ = s·fl(k − ξ)`` of a :class:`KVPool`'s rows at ``slots`` (float64
+    ``[n, Hkv, d]``; bypassed channels their stored fp16 values): the ``x̂`` the witness and Tier B
+    bound and the form-(I) decode multiplies (docs/certificate.md §3), against the fp32 rounding
+    :meth:`KVPool.dequantized` returns."""
+    from .stream import dither
+
+    slots = np.asarray(slots, np.int64)
+    sid = C.SIDES[side]
+    cfg = pool.config
+    codes = to_host(pool.codes[layer, sid][:, _dev(pool, slots)])                  # [H, n, d]
+    scales = to_host(pool.scales[layer, sid][:, _dev(pool, slots)]).astype(np.float64)
+    outl = to_host(pool.outliers[layer, sid][:, _dev(pool, slots)]).astype(np.float64)
+    out = np.empty((slots.shape[0], pool.num_kv_heads, pool.head_dim))
+    for h in range(pool.num_kv_heads):
+        xi = dither(slots, layer=layer, kv_head=h + pool.kv_head_offset, side=side, head_dim=pool.head_dim,
+                    seed=cfg.seed, bits=cfg.dither_bits)
+        kmxi = (codes[h].astype(np.float32) - xi).astype(np.float64)               # fl(k − ξ)
+        out[:, h] = np.repeat(scales[h], cfg.group_size, axis=-1) * kmxi
+        out[:, h, pool.bypass_ch[layer, h]] = outl[h]
+    return out
+
+
 def _dev(pool, a):
     return pool.xp.asarray(a) if pool.backend == "cuda" else a
 
