@@ -1,6 +1,6 @@
 (* The axioms each main theorem rests on; `make check` compares this file's output with
    assumptions.expected. *)
-From Witcert Require Import Sum EForm Tanh TierA Merge DotFloat Quant Dither Shift.
+From Witcert Require Import Sum EForm Tanh TierA Merge DotFloat Quant Dither Shift Witness.
 Print Assumptions e_form.
 Print Assumptions e_form_exact_weights.
 Print Assumptions tanh_bound.
@@ -20,3 +20,4 @@ Print Assumptions errors_are_shifted_grid.
 Print Assumptions bias_bound.
 Print Assumptions fp32_shifted_uniform.
 Print Assumptions fp32_error_mgf.
+Print Assumptions witness_bound.
