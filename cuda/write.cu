@@ -157,17 +157,19 @@ __device__ __forceinline__ u32 wr_code_word(const u32 (&mb)[4]) {
     return __byte_perm(__byte_perm(mb[0], mb[1], 0x0040u), __byte_perm(mb[2], mb[3], 0x0040u), 0x5410u);
 }
 
-// The quantization of a lane's 32 channels when every group of its row is live (the fast path):
-// z = x/s + ξ with ξ's power-of-two scaling folded into one FMA (exact product, one rounding: the
-// twin's fp32 sum); with a witness (WIT) k − ξ the same way (the fp32 rounding of the exact
-// difference, as the twin's subtraction) and the residual's square staged at er_mine[j].  Every
-// channel is treated as quantized: the caller masks the bypassed ones afterwards.  The Philox
-// calls are written where their words are used, so ptxas keeps one or two calls' words live.
-template <int BITS, bool WIT>
-__device__ __forceinline__ void wr_quantize_live(const u32 (&xh)[WR_CPT / 2], const float (&sb)[WR_CPT / 16],
-                                                 const float (&rcp)[WR_CPT / 16], i64 slot, int side, int c0,
-                                                 u32 ctr2, u32 k0, u32 k1, float* er_mine,
-                                                 u32 (&packed)[WR_CPT / 4]) {
+// The quantization of a lane's 32 channels.  The fast path (every group of the row live): z = x/s
+// + ξ with ξ's power-of-two scaling folded into one FMA (exact product, one rounding: the twin's
+// fp32 sum); with a witness (WIT) k − ξ the same way (the fp32 rounding of the exact difference, as
+// the twin's subtraction) and the residual's square staged at er_mine[j]; every channel is treated
+// as quantized and the caller overwrites the bypassed ones.  GENERAL (a row with a zero or
+// non-finite group): each channel quantized only where its group is live (`live`) and it is not
+// bypassed (`bmask`), else code 0 and witness term 0.  The Philox calls are written where their
+// words are used, so ptxas keeps one or two calls' words live.
+template <int BITS, bool WIT, bool GENERAL>
+__device__ __forceinline__ void wr_quantize(const u32 (&xh)[WR_CPT / 2], const float (&sb)[WR_CPT / 16],
+                                            const float (&rcp)[WR_CPT / 16], const bool (&live)[WR_CPT / 16],
+                                            u32 bmask, i64 slot, int side, int c0, u32 ctr2, u32 k0, u32 k1,
+                                            float* er_mine, u32 (&packed)[WR_CPT / 4]) {
     constexpr int PC = BITS == 8 ? 16 : (BITS == 16 ? 8 : 4);  // channels per Philox call
 #pragma unroll
     for (int q = 0; q < WR_CPT / PC; ++q) {
@@ -175,23 +177,38 @@ __device__ __forceinline__ void wr_quantize_live(const u32 (&xh)[WR_CPT / 2], co
 #pragma unroll
         for (int e4 = 0; e4 < PC; e4 += 4) {  // four channels at a time: one code word
             u32 mb[4];
-            float er[4];  // (stored in pairs: four at once left ptxas one register short at 8 bits)
+            float er[4];  // (the fast path stores them in pairs: four at once left ptxas one register short at 8 bits)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int j = PC * q + e4 + e;
                 const float x = wr_channel(xh, j);
-                const float xs = xi_scaled<BITS>(w, e4 + e);
-                const float z = __fmaf_rn(xs, xi_unscale<BITS>(), quotient_rn(x, sb[j / 16], rcp[j / 16]));
-                const float m = __fadd_rn(z, WR_RINT_MAGIC);
-                mb[e] = __float_as_uint(m);
-                if constexpr (WIT) {
-                    const float kmxi = __fmaf_rn(-xs, xi_unscale<BITS>(), __fsub_rn(m, WR_RINT_MAGIC));
-                    er[e] = square_up(__fmaf_rn(sb[j / 16], kmxi, -x));
-                    if (e & 1)
-                        *reinterpret_cast<float2*>(&er_mine[PC * q + e4 + e - 1]) = make_float2(er[e - 1], er[e]);
+                if constexpr (!GENERAL) {
+                    const float xs = xi_scaled<BITS>(w, e4 + e);
+                    const float z = __fmaf_rn(xs, xi_unscale<BITS>(), quotient_rn(x, sb[j / 16], rcp[j / 16]));
+                    const float m = __fadd_rn(z, WR_RINT_MAGIC);
+                    mb[e] = __float_as_uint(m);
+                    if constexpr (WIT) {
+                        const float kmxi = __fmaf_rn(-xs, xi_unscale<BITS>(), __fsub_rn(m, WR_RINT_MAGIC));
+                        er[e] = square_up(__fmaf_rn(sb[j / 16], kmxi, -x));
+                        if (e & 1)
+                            *reinterpret_cast<float2*>(&er_mine[PC * q + e4 + e - 1]) = make_float2(er[e - 1], er[e]);
+                    }
+                } else {
+                    const float xi = __fmul_rn(xi_scaled<BITS>(w, e4 + e), xi_unscale<BITS>());
+                    const bool byp = (bmask >> j) & 1u;
+                    const bool quantized = live[j / 16] && !byp;
+                    const float z = quantized ? __fadd_rn(quotient_rn(x, sb[j / 16], rcp[j / 16]), xi) : 0.0f;
+                    const float m = __fadd_rn(z, WR_RINT_MAGIC);
+                    mb[e] = __float_as_uint(m);
+                    if constexpr (WIT) {
+                        const float kmxi = __fsub_rn(__fsub_rn(m, WR_RINT_MAGIC), xi);
+                        er[e] = byp ? 0.0f : square_up(__fmaf_rn(sb[j / 16], kmxi, -x));
+                    }
                 }
             }
             packed[(PC * q + e4) / 4] = wr_code_word(mb);
+            if constexpr (WIT && GENERAL)
+                *reinterpret_cast<float4*>(&er_mine[PC * q + e4]) = make_float4(er[0], er[1], er[2], er[3]);
         }
     }
 }
@@ -326,7 +343,6 @@ __device__ __forceinline__ void write_rows_impl(
     constexpr int CPT = WR_CPT;
     constexpr int TPR = D / CPT;                           // threads per row
     constexpr int RPB = WR_THREADS / TPR;                  // rows per block
-    constexpr int PC = BITS == 8 ? 16 : (BITS == 16 ? 8 : 4);  // channels per Philox call
     constexpr int HV = CPT / 16;                           // 16-channel parts: the smallest scale group
     static_assert(TPR >= 1 && TPR <= 32 && (32 % TPR) == 0, "a row must stay inside one warp");
     __shared__ __align__(16) float err2_s[WIT ? RPB : 1][WIT ? wr_wit_stride<D>() : 4];
@@ -435,38 +451,10 @@ __device__ __forceinline__ void write_rows_impl(
     // A row-uniform choice (the row's lanes run one path, so a warp does not run both): a row whose
     // groups are all live (the common case, outlier pairs included) takes the fast path, a row with
     // a zero or non-finite group the general one.
-    if (__all_sync(seg, all_live)) {
-        wr_quantize_live<BITS, WIT>(xh, sb, rcp, slot, side, c0, ctr2, k0, k1, er_mine, packed);
-    } else {
-#pragma unroll
-        for (int q = 0; q < CPT / PC; ++q) {
-            const u32x4 w = philox10((u32)slot, dither_ctr1(side, c0 / PC + q), ctr2, 0u, k0, k1);
-#pragma unroll
-            for (int e4 = 0; e4 < PC; e4 += 4) {  // four channels at a time: one code word, one float4 of terms
-                u32 mb[4];
-                float er[4];
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int j = PC * q + e4 + e;
-                    const float x = wr_channel(xh, j);
-                    const float xi = __fmul_rn(xi_scaled<BITS>(w, e4 + e), xi_unscale<BITS>());
-                    const bool byp = (bmask >> j) & 1u;
-                    const bool quantized = live[j / 16] && !byp;
-                    const float z = quantized ? __fadd_rn(quotient_rn(x, sb[j / 16], rcp[j / 16]), xi) : 0.0f;
-                    const float m = __fadd_rn(z, WR_RINT_MAGIC);
-                    mb[e] = __float_as_uint(m);
-                    if constexpr (WIT) {
-                        const float kmxi = __fsub_rn(__fsub_rn(m, WR_RINT_MAGIC), xi);
-                        er[e] = byp ? 0.0f : square_up(__fmaf_rn(sb[j / 16], kmxi, -x));
-                    }
-                }
-                packed[(PC * q + e4) / 4] = wr_code_word(mb);
-                if constexpr (WIT)
-                    *reinterpret_cast<float4*>(&er_mine[PC * q + e4]) =
-                        make_float4(er[0], er[1], er[2], er[3]);
-            }
-        }
-    }
+    if (__all_sync(seg, all_live))
+        wr_quantize<BITS, WIT, false>(xh, sb, rcp, live, bmask, slot, side, c0, ctr2, k0, k1, er_mine, packed);
+    else
+        wr_quantize<BITS, WIT, true>(xh, sb, rcp, live, bmask, slot, side, c0, ctr2, k0, k1, er_mine, packed);
     uint4* cdst = reinterpret_cast<uint4*>(codes + row * D + c0);
 #pragma unroll
     for (int q = 0; q < CPT / 16; ++q)

@@ -9,6 +9,7 @@ import pytest
 
 import witcert_cupy as wc
 from witcert_cupy import _contract as C
+from witcert_cupy import reference
 
 DATA = Path(__file__).parent / "data" / "vectors"
 BOUND = C.RECON_BOUND_STEPS
@@ -146,10 +147,7 @@ def test_bypassed_channels_excluded_from_amax_and_stored_exactly(rope):
 
 def _exact_xhat(q, slots, layer, cfg):
     """x̂ = s·fl(k − ξ) as the exact product (float64), the x̂ the witness bounds (one kv head)."""
-    xi = wc.dither(slots, layer=layer, kv_head=0, side="k", head_dim=cfg.head_dim, seed=cfg.seed,
-                   bits=cfg.dither_bits)
-    s = np.repeat(q.scales[:, 0].astype(np.float64), cfg.group_size, axis=-1)
-    return s * (q.codes[:, 0].astype(np.float32) - xi).astype(np.float64)
+    return reference.exact_product_rows(q.codes, q.scales, slots, layer=layer, side="k", config=cfg)[:, 0]
 
 
 @pytest.mark.parametrize("d,bands,bits", [(128, 16, 16), (64, 1, 16), (256, 1, 24), (256, 4, 8)])

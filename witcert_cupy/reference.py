@@ -194,25 +194,36 @@ def request_rows(pool, layer, page_table, b):
     return out
 
 
-def exact_products(pool, layer, slots, side):
-    """The exact ``x̂ = s·fl(k − ξ)`` of a :class:`KVPool`'s rows at ``slots`` (float64
-    ``[n, Hkv, d]``; bypassed channels their stored fp16 values): the ``x̂`` the witness and Tier B
-    bound and the form-(I) decode multiplies (docs/certificate.md §3), against the fp32 rounding
-    :meth:`KVPool.dequantized` returns."""
+def exact_product_rows(codes, scales, slots, *, layer, side, config, kv_head0=0):
+    """The exact ``x̂ = s·fl(k − ξ)`` (float64 ``[n, H, d]``) of code rows ``codes`` (int8
+    ``[n, H, d]``) with their scales (fp16 ``[n, H, d / group_size]``) at pool ``slots``, kv heads
+    ``kv_head0 ..``: the ``x̂`` the witness and Tier B bound and the form-(I) decode multiplies
+    (docs/certificate.md §3), against its fp32 rounding that the fp32 read paths use.  Bypassed
+    channels are the caller's (their codes are 0)."""
     from .stream import dither
 
     slots = np.asarray(slots, np.int64)
+    codes, scales = np.asarray(codes), np.asarray(scales).astype(np.float64)
+    out = np.empty(codes.shape)
+    for h in range(codes.shape[1]):
+        xi = dither(slots, layer=layer, kv_head=kv_head0 + h, side=side, head_dim=config.head_dim,
+                    seed=config.seed, bits=config.dither_bits)
+        kmxi = (codes[:, h].astype(np.float32) - xi).astype(np.float64)            # fl(k − ξ)
+        out[:, h] = np.repeat(scales[:, h], config.group_size, axis=-1) * kmxi
+    return out
+
+
+def exact_products(pool, layer, slots, side):
+    """:func:`exact_product_rows` of a :class:`KVPool`'s rows at ``slots`` (float64 ``[n, Hkv, d]``),
+    bypassed channels their stored fp16 values."""
+    slots = np.asarray(slots, np.int64)
     sid = C.SIDES[side]
-    cfg = pool.config
-    codes = to_host(pool.codes[layer, sid][:, _dev(pool, slots)])                  # [H, n, d]
-    scales = to_host(pool.scales[layer, sid][:, _dev(pool, slots)]).astype(np.float64)
+    codes = to_host(pool.codes[layer, sid][:, _dev(pool, slots)]).transpose(1, 0, 2)   # [n, H, d]
+    scales = to_host(pool.scales[layer, sid][:, _dev(pool, slots)]).transpose(1, 0, 2)
     outl = to_host(pool.outliers[layer, sid][:, _dev(pool, slots)]).astype(np.float64)
-    out = np.empty((slots.shape[0], pool.num_kv_heads, pool.head_dim))
+    out = exact_product_rows(codes, scales, slots, layer=layer, side=side, config=pool.config,
+                             kv_head0=pool.kv_head_offset)
     for h in range(pool.num_kv_heads):
-        xi = dither(slots, layer=layer, kv_head=h + pool.kv_head_offset, side=side, head_dim=pool.head_dim,
-                    seed=cfg.seed, bits=cfg.dither_bits)
-        kmxi = (codes[h].astype(np.float32) - xi).astype(np.float64)               # fl(k − ξ)
-        out[:, h] = np.repeat(scales[h], cfg.group_size, axis=-1) * kmxi
         out[:, h, pool.bypass_ch[layer, h]] = outl[h]
     return out
 
