@@ -63,6 +63,40 @@ WC_D void group_coefficients(SmSplit sm, float q1, float q2, int e, float log_te
 WC_D float band_coefficient(SmSplit sm, float q2, int e) {
     return coef_up(sm.m * sqrtf(q2), sm.e + e, WC_COEF_FLOOR_1);
 }
+
+// ... of band bb of a query row in shared memory, the band's channels band_ch[bb·per + j], j < per
+// (global memory).  With BATCHED and per a power of two up to 8 (16 or more bands at d = 128) the
+// band's channel ids are loaded at once into registers, a compile-time count: read per channel
+// inside normalized_sums' two passes they were 2·per dependent global loads, the longest chain of
+// a step's set-up (a short step, B = 1, waits for it).  decode_stage1_i8 keeps the per-channel
+// reads: its 168-register budget has no room for the batch at G = 1 (ptxas spills).
+template <int PER>
+WC_D float band_coefficient_fixed(const float* qrow, const int* chs, SmSplit sm) {
+    int c[PER];
+#pragma unroll
+    for (int j = 0; j < PER; ++j) c[j] = chs[j];
+    float q1, q2;
+    int e;
+    normalized_sums(qrow, PER, [&](int j) { return c[j]; }, [](int) { return false; }, q1, q2, e);
+    return band_coefficient(sm, q2, e);
+}
+template <bool BATCHED = true>
+WC_D float band_coefficient_of(const float* qrow, const int* band_ch, int bb, int per, SmSplit sm) {
+    const int* chs = band_ch + bb * per;
+    if constexpr (BATCHED) {
+        switch (per) {
+            case 1: return band_coefficient_fixed<1>(qrow, chs, sm);
+            case 2: return band_coefficient_fixed<2>(qrow, chs, sm);
+            case 4: return band_coefficient_fixed<4>(qrow, chs, sm);
+            case 8: return band_coefficient_fixed<8>(qrow, chs, sm);
+            default: break;
+        }
+    }
+    float q1, q2;
+    int e;
+    normalized_sums(qrow, per, [&](int j) { return chs[j]; }, [](int) { return false; }, q1, q2, e);
+    return band_coefficient(sm, q2, e);
+}
 // An fp16 store's evaluation term per unit of the row norm ||x_t||: gamma_exact·||q|| over the n
 // channels (a multiple of 32) of a query row in shared memory, on the normalized query
 // (Cauchy–Schwarz bounds Σ_c |q_c||x_c| by ||q||·||x_t||: one norm per token serves every head).

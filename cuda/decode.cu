@@ -12,7 +12,8 @@
 //   c_t = min(c^A, c^B) + γ_t (SPEC §4.1): γ_t bounds the kernel's own fp32 logit error —
 //   gamma_per_beta times β's sum Σ_g s_g·b1_g on quantized channels, gamma_exact per unit of Σ|q_c||x_c|
 //   on exact ones (outliers, exact-tier pages); an fp16 store's rows take gamma_exact·||q||·||x_t||
-//   (Cauchy–Schwarz: one norm per token for all G heads); gam_part is the split's max γ_t.
+//   (Cauchy–Schwarz: one norm per token for all G heads; ||x_t|| the pool's stored norm, knorm,
+//   rounded up at write time, an exact-tier row's formed here); gam_part is the split's max γ_t.
 //   The coefficients are formed on the normalized query (certificate.cuh, SPEC §4.2); S counts
 //   every attended token (SPEC §4.3).
 //   Exact tier (SPEC §7, optional: tier_map != null): tier_map [H, tier_stride] of this layer gives
@@ -55,6 +56,7 @@ struct DecodeArgs {
     const u16* scales;                       // [L, 2, H, N, NG]
     const u16* outl;                         // [L, 2, H, N, NP2]
     const u16* wit;                          // [L, 2, H, N, NB]
+    const float* knorm;                      // FP16: [L, H, N], each stored K row's norm rounded up
     const int* bypass_ch;                    // [H, NP2] of this layer
     const int* band_ch;                      // [NB, D / NB]
     const int* kv_indptr;                    // [B + 1]
@@ -164,7 +166,8 @@ __device__ __forceinline__ void lane_outliers(float (&kh)[VEC], float (&vh)[VEC]
 template <int D, int G, bool FP16, int U_ = 0>
 __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
-    const u16* __restrict__ outl, const u16* __restrict__ wit, const int* __restrict__ bypass_ch,
+    const u16* __restrict__ outl, const u16* __restrict__ wit, const float* __restrict__ knorm,
+    const int* __restrict__ bypass_ch,
     const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
     const int* __restrict__ kv_last_page_len, float* __restrict__ o_part, float* __restrict__ lse_part,
     float* __restrict__ lam_part, float* __restrict__ cmax_part, float* __restrict__ gam_part,
@@ -173,7 +176,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
     int NB, int page_shift, int num_pages, int nnz, int num_splits, int tier, int bits, int tier_stride,
     int tier_cap, int want_pages, int max_pages, int head_base, u32 k0, u32 k1, float sm, float log_budget,
     float beta_steps, float gamma_per_beta, float gamma_exact) {
-    const DecodeArgs a = {q, codes, scales, outl, wit, bypass_ch, band_ch, kv_indptr, kv_indices,
+    const DecodeArgs a = {q, codes, scales, outl, wit, knorm, bypass_ch, band_ch, kv_indptr, kv_indices,
                           kv_last_page_len, o_part, lse_part, lam_part, cmax_part, gam_part, tier_map, tier_k,
                           tier_v, page_lse, page_lam, N, B, H, layer, gs, NP2, NB, page_shift, num_pages, nnz,
                           num_splits, tier, bits, tier_stride, tier_cap, want_pages, max_pages, head_base, k0,
@@ -249,11 +252,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
         const int per = D / a.NB;
         for (int idx = tid; idx < G * a.NB; idx += DEC_THREADS) {
             const int g = idx / a.NB, bb = idx % a.NB;
-            float q1, q2;
-            int e;
-            normalized_sums(q_s[g], per, [&](int j) { return a.band_ch[bb * per + j]; }, [](int) { return false; },
-                            q1, q2, e);
-            a_band[g][bb] = band_coefficient(smx, q2, e);
+            a_band[g][bb] = band_coefficient_of(q_s[g], a.band_ch, bb, per, smx);
         }
     }
     __syncthreads();
@@ -354,11 +353,15 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_stage1(
             }
             float dot[G], ca[G], ad[G], xn[1] = {0.0f};
             const bool ex_tok = te[u] >= 0;  // every channel exact
-            if (FP16 && a.tier) {
+            if (FP16 && a.tier) {  // the stored norm, or an exact-tier row's formed here (group-uniform)
+                if (ex_tok) {
 #pragma unroll
-                for (int i = 0; i < VEC; ++i) xn[0] += kh[i] * kh[i];
-                group_sum<1>(xn, LPT);
-                xn[0] = sqrtf(xn[0]);
+                    for (int i = 0; i < VEC; ++i) xn[0] += kh[i] * kh[i];
+                    group_sum<1>(xn, LPT);
+                    xn[0] = sqrtf(xn[0]);
+                } else if (valid[u]) {
+                    xn[0] = a.knorm[((i64)a.layer * a.H + h) * a.N + slot[u]];
+                }
             }
 #pragma unroll
             for (int g = 0; g < G; ++g) {
@@ -851,7 +854,7 @@ extern "C" __global__ void decode_certify(const float* __restrict__ log_a, const
 // An explicit instantiation (the offline compile checks in tests/test_cuda_compile.py).
 #define WC_INST1(D, G, F)                                                                                 \
     template __global__ void decode_stage1<D, G, F, 0>(const float*, const i8*, const u16*, const u16*, const u16*, \
-                                                 const int*, const int*, const int*, const int*, const int*,  \
+                                                 const float*, const int*, const int*, const int*, const int*, const int*,  \
                                                  float*, float*, float*, float*, float*, const int*,          \
                                                  const u16*, const u16*, float*, float*, i64, int, int, int,  \
                                                  int, int, int, int, int, int, int, int, int, int, int, int,  \

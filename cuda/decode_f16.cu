@@ -3,8 +3,9 @@
 // inputs and outputs as decode_stage1<128, G, true> (decode.cu) on such a pool: fp32 dot products of the fp32 query with the stored values
 // converted exactly to fp32 (SPEC §6), Tier-A c_t (SPEC §4) plus the evaluation term γ_t (SPEC §4.1),
 // λ, cmax and Γ per split.  γ_t = gamma_exact·||q_g||·||x_t|| (Cauchy–Schwarz on Σ_c |q_c||x_c|,
-// docs/certificate.md §10.1): the row's norm is one more FMA per channel and token, shared by the G
-// heads, where Σ|q||x| per head would double the dot products' work.
+// docs/certificate.md §10.1), ||x_t|| the pool's stored norm (knorm, rounded up when the row was
+// written): one 4-byte load per token, where Σ|q||x| per head would double the dot products' work
+// and forming the norm here cost an FMA per channel and token (6–12% of a certified step).
 //
 // decode_stage1_f16<G, CERT>: grid (⌈num_splits / NP⌉, Hkv, B), block NP warps serving the kv
 // head's G query heads (CERT: the certified instantiation, tier != 0; the other carries no λ state).
@@ -129,7 +130,7 @@ __device__ __forceinline__ void f16_stage_side(u32 dst, const u16* src, u32 slot
 template <int G, bool CERT>
 __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_stage1_f16(
     const float* __restrict__ q, const u16* __restrict__ vals, const u16* __restrict__ wit,
-    const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
+    const float* __restrict__ knorm, const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
     const int* __restrict__ kv_last_page_len, float* __restrict__ o_part, float* __restrict__ lse_part,
     float* __restrict__ lam_part, float* __restrict__ cmax_part, float* __restrict__ gam_part, i64 N, int H, int layer,
     int NB, int page_shift, int num_pages, int nnz, int num_splits, int tier, float sm, float gamma_exact) {
@@ -158,7 +159,9 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
     unsigned char* after = f16_dyn + G * D * 4 + NP * f16_warp_bytes(G);
     u16* wt = reinterpret_cast<u16*>(after) + pipe * F16_TILE * NB;                  // [32][NB]
     float* a_band = reinterpret_cast<float*>(after + NP * F16_TILE * NB * 2);        // [G][NB]: sm·||q_g||
-    __shared__ float g_norm[G];  // γ_t per unit of ||x_t||: gamma_exact·||q_g|| (certificate.cuh)
+    // γ_t per unit of ||x_t|| with the evaluation slack: gamma_exact·||q_g||·C_EVAL_SLACK rounded up
+    // (certificate.cuh), so that c_t is one FMA per head and token
+    __shared__ float g_norm[G];
 
     griddep_wait();  // before the first global access (griddep.cuh)
     const int s = blockIdx.x * NP + pipe, h = blockIdx.y, b = blockIdx.z;
@@ -183,15 +186,16 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
 
     // o channels CPL·lane + j per head; the softmax maximum m (log2 units), warp-uniform,
     // and sum l (per lane), the same in every warp of a split; the certifier's λ
-    // running maximum m2 and sum l2 over the lane's tokens, and cmax
-    float acc[G][CPL], m[G], l[G], m2[G], l2[G], cmx[G], gmx[G];
+    // running maximum m2 and sum l2 over the lane's tokens, and cmax; the largest stored norm of the
+    // lane's tokens (Γ: max_t g·||x_t|| = g·max_t ||x_t||, rounding being monotone)
+    float acc[G][CPL], m[G], l[G], m2[G], l2[G], cmx[G], xmx = 0.0f;
 #pragma unroll
     for (int g = 0; g < G; ++g) {
 #pragma unroll
         for (int j = 0; j < CPL; ++j) acc[g][j] = 0.0f;
         m[g] = m2[g] = -INFINITY;
         l[g] = l2[g] = 0.0f;
-        cmx[g] = gmx[g] = 0.0f;
+        cmx[g] = 0.0f;
     }
 
     const bool run = ta < tb;  // warp-uniform: an empty split goes straight to its outputs
@@ -238,6 +242,10 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
             cp_async_commit();
         };
 
+        // the stored norm of the lane's token (a tile ahead, in a register: its load's latency hides
+        // under a tile; an invalid row reads slot 0's, unused)
+        const float* kn = knorm + ((i64)layer * H + h) * N;
+        float xn = 0.0f;
         int pg = 0;
         i64 sl = -1;
         if (run) {
@@ -246,6 +254,7 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
             const u32 vm = __ballot_sync(FULL, sl >= 0);
             stage_k(sl < 0 ? 0u : (u32)sl, vm);  // the first tile loads during the set-up below
             stage_v(sl < 0 ? 0u : (u32)sl, vm);
+            if (CERT && tier_a) xn = kn[sl < 0 ? 0 : sl];
             pg = page_of(ta + F16_TILE);
         }
 
@@ -260,16 +269,12 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
                 const SmSplit smx = sm_split(sm);
                 for (int idx = threadIdx.x; idx < G * NB; idx += 32 * NP) {
                     const int g = idx / NB, bb = idx % NB;
-                    float q1, q2;
-                    int e;
-                    normalized_sums(q_s[g], per, [&](int j) { return band_ch[bb * per + j]; },
-                                    [](int) { return false; }, q1, q2, e);
-                    a_band[g * NB + bb] = band_coefficient(smx, q2, e);
+                    a_band[g * NB + bb] = band_coefficient_of(q_s[g], band_ch, bb, per, smx);
                 }
             }
             for (int g = warp; g < G; g += NP) {
                 const float gq = warp_norm_coefficient(q_s[g], D, gamma_exact, lane);
-                if (lane == 0) g_norm[g] = gq;
+                if (lane == 0) g_norm[g] = __fmul_ru(gq, (float)WC_C_EVAL_SLACK);
             }
             __syncthreads();
         }
@@ -282,6 +287,7 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
             pg = page_of(t0 + 2 * F16_TILE);
             const u32 slotn = sln < 0 ? 0u : (u32)sln;
             const u32 vmn = __ballot_sync(FULL, sln >= 0);
+            const float xnn = CERT && tier_a && more ? kn[slotn] : 0.0f;
 
             // ---- K(i): lane = token, the G dot products over the warp's channels in channel order
             cp_async_wait_group<1>();  // K(i) and its witness rows; V(i) may still be in flight
@@ -292,7 +298,6 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
             // serves two rows; then each lane trades the partial sum its partner needs
             const int tA = lane & 15, hh = lane >> 4;
             float dA[G], dB[G];
-            float nA = 0.0f, nB = 0.0f;  // (the certifier) the two half rows' Σx², for ||x_t||
 #pragma unroll
             for (int g = 0; g < G; ++g) dA[g] = dB[g] = 0.0f;
             const u32* ra = &kt[tA][hh * (CH / 4)];
@@ -304,13 +309,6 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
                 float xa[8], xb[8];
                 f16_x8(wa, xa);
                 f16_x8(wb, xb);
-                if constexpr (CERT) {
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) {
-                        nA = __fmaf_rn(xa[i], xa[i], nA);
-                        nB = __fmaf_rn(xb[i], xb[i], nB);
-                    }
-                }
 #pragma unroll
                 for (int g = 0; g < G; ++g) {
                     const float* qg = &q_s[g][c0 + hh * (CH / 2) + 8 * k];
@@ -327,9 +325,8 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
                 dot[g] = keep + __shfl_xor_sync(FULL, give, 16);
             }
             // c_t per head (the certifier): Σ_b a_b w_{t,b} in band order from the staged witness row,
-            // plus γ_t; the row norm from its two halves as the dot products (zero past the end)
-            float ct[G], xnorm = 0.0f;
-            if constexpr (CERT) xnorm = sqrtf((hh ? nB : nA) + __shfl_xor_sync(FULL, hh ? nA : nB, 16));
+            // plus γ_t from the token's stored norm
+            float ct[G];
 #pragma unroll
             for (int g = 0; g < G; ++g) ct[g] = INFINITY;
             if (certifier && tier_a) {
@@ -349,14 +346,13 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
 #pragma unroll
                 for (int g = 0; g < G; ++g) ct[g] = ca[g];
             }
-            if (CERT && certifier) {
+            if (CERT && certifier) {  // c_t = (c^A + γ_t)·slack as ca·slack + (g·slack)·||x_t||
 #pragma unroll
                 for (int g = 0; g < G; ++g) {
-                    const float gam = g_norm[g] * xnorm;
-                    const float c1 = (ct[g] + gam) * (float)WC_C_EVAL_SLACK;
+                    const float c1 = __fmaf_rn(ct[g], (float)WC_C_EVAL_SLACK, g_norm[g] * xn);
                     ct[g] = c1 <= WC_F32_MAX ? c1 : INFINITY;
-                    if (valid) gmx[g] = fmaxf(gmx[g], gam * (float)WC_C_EVAL_SLACK);
                 }
+                if (valid) xmx = fmaxf(xmx, xn);
             }
             // ---- the tile's softmax (lane = token; the same in every warp of a split) and the certifier's λ
             float lt[G], scg[G], p[G], ps[G];
@@ -418,6 +414,7 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
                 cp_async_commit();
             }
             sl = sln;
+            xn = xnn;
         }
         cp_async_wait_all();  // nothing in flight at exit (the trailing groups are empty)
     }
@@ -452,7 +449,8 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
             const bool linf = M2 == INFINITY || vbad;
             const float L2 = warp_sum(linf || m2[g] == -INFINITY ? 0.0f : l2[g] * exp2f(m2[g] - M2));
             const float CM = linf ? INFINITY : warp_max(cmx[g]);
-            const float GM = warp_max(gmx[g]);
+            const float XM = warp_max(xmx);  // (0·inf, a zero query over a non-finite row: no term)
+            const float GM = g_norm[g] > 0.0f && XM > 0.0f ? g_norm[g] * XM : 0.0f;
             if (lane == g)
                 store_split_stats(o, dead, L, m[g] * F16_LN2 + logf(L),
                                   linf ? INFINITY : (L2 > 0.0f ? M2 * F16_LN2 + logf(L2) : -INFINITY), CM, GM,
@@ -466,7 +464,7 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
 
 // An explicit instantiation (the offline compile checks in tests/test_cuda_compile.py).
 #define WC_F16_INST(G, C)                                                                                      \
-    template __global__ void decode_stage1_f16<G, C>(const float*, const u16*, const u16*, const int*,            \
+    template __global__ void decode_stage1_f16<G, C>(const float*, const u16*, const u16*, const float*, const int*, \
                                                      const int*, const int*, const int*, float*, float*, float*,    \
                                                      float*, float*, i64, int, int, int, int, int, int, int, int,     \
                                                      float, float);

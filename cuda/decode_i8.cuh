@@ -343,12 +343,8 @@ __global__ void __launch_bounds__(D / 2, (PAGES || EXACT ? I8_WARPS_PER_SM_PAGES
         const int per = D / NB;
         for (int idx = tid; idx < 8 * NB; idx += THREADS) {
             const int gg = idx / NB, bb = idx % NB;
-            float q1, q2;
-            int e;
             if (gg < G) {
-                normalized_sums(su.q[gg], per, [&](int j) { return band_ch[bb * per + j]; }, [](int) { return false; },
-                                q1, q2, e);
-                a_band[idx] = __fmul_ru(band_coefficient(smx, q2, e), K1);
+                a_band[idx] = __fmul_ru(band_coefficient_of<false>(su.q[gg], band_ch, bb, per, smx), K1);
             } else {
                 a_band[idx] = 0.0f;
             }

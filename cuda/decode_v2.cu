@@ -481,11 +481,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, PLAIN)) decode_st
         const int per = D / NB;
         for (int idx = tid; idx < G * NB; idx += V2_THREADS) {
             const int g = idx / NB, bb = idx % NB;
-            float q1, q2;
-            int e;
-            normalized_sums(q_s[g], per, [&](int j) { return band_ch[bb * per + j]; }, [](int) { return false; }, q1,
-                            q2, e);
-            a_band[g][bb] = __fmul_ru(band_coefficient(smx, q2, e), K1);
+            a_band[g][bb] = __fmul_ru(band_coefficient_of(q_s[g], band_ch, bb, per, smx), K1);
         }
     }
     __syncthreads();

@@ -512,16 +512,28 @@ WC_WRITE_ENTRIES(64)
 WC_WRITE_ENTRIES(128)
 WC_WRITE_ENTRIES(256)
 
+// ||x|| of a stored fp16 row from its squares `x2` (each exact in fp32: an fp16 significand squared
+// fits 22 bits and 2^-48 is normal), rounded up: the running sum in channel order and the square
+// root, each rounded toward +inf.  The norm form of an fp16 store's evaluation term
+// (docs/certificate.md §10.1) reads it from the pool instead of forming it per token and step.
+// Twin of witcert_cupy/_cpu/write.py::row_norm_up.
+__device__ __forceinline__ float row_norm_up(const float* x2, int D) {
+    float acc = 0.0f;
+    for (int c = 0; c < D; ++c) acc = __fadd_ru(acc, x2[c]);
+    return __fsqrt_ru(acc);
+}
+
 // store_fp16_rows: grid (n, Hkv, 2 sides), block d.  Stores what a scheme reconstructs (`stored`,
-// or the exact row when null) as fp16, and the Tier-A witness of stored − exact.  Twin of
-// witcert_cupy/_cpu/write.py::store_fp16_rows.
+// or the exact row when null) as fp16, the Tier-A witness of stored − exact and, where `knorm` is
+// not null ([L, Hkv, N] float32: a pool with a witness), each stored K row's norm rounded up.
+// Twin of witcert_cupy/_cpu/write.py::store_fp16_rows.
 extern "C" __global__ void __launch_bounds__(WC_MAX_D) store_fp16_rows(
     const void* __restrict__ xk, const void* __restrict__ xv, int in_dtype,
     const void* __restrict__ sk, int sk_dtype, const void* __restrict__ sv, int sv_dtype,  // null: exact row
     const i64* __restrict__ dest_rows, int n, int H, i64 N, int D, int layer, int NB,
-    const int* __restrict__ band_ch, u16* __restrict__ values, u16* __restrict__ wit, u16* __restrict__ exact,
-    unsigned long long* __restrict__ counters) {
-    __shared__ float err2[WC_MAX_D];
+    const int* __restrict__ band_ch, u16* __restrict__ values, u16* __restrict__ wit, float* __restrict__ knorm,
+    u16* __restrict__ exact, unsigned long long* __restrict__ counters) {
+    __shared__ float err2[WC_MAX_D], x2[WC_MAX_D];
     const int i = blockIdx.x, h = blockIdx.y, side = blockIdx.z, c = threadIdx.x;
     const i64 dest = dest_rows[i];
     if (dest < 0 || dest >= N) {
@@ -536,10 +548,13 @@ extern "C" __global__ void __launch_bounds__(WC_MAX_D) store_fp16_rows(
     const float x = f16_to_f32(xb), xs = f16_to_f32(sb);
     const bool finite = is_finite32(x) && is_finite32(xs);
     err2[c] = finite ? square_up(__fsub_rn(xs, x)) : 0.0f;
+    x2[c] = finite ? __fmul_rn(xs, xs) : 0.0f;  // (exact: see row_norm_up)
     values[row * D + c] = sb;
     if (exact != nullptr) exact[row * D + c] = xb;
     const bool row_bad = __syncthreads_or(!finite);
     if (c < NB) wit[row * NB + c] = row_bad ? (u16)WC_FP16_INF : band_witness(err2, band_ch + c * (D / NB), D / NB);
+    if (side == 0 && knorm != nullptr && c == D - 1)
+        knorm[((i64)layer * H + h) * N + dest] = row_bad ? INFINITY : row_norm_up(x2, D);
     if (c == 0 && row_bad) atomicAdd(&counters[0], 1ull);
 }
 

@@ -8,6 +8,12 @@ import witcert_cupy as wc
 from witcert_cupy import reference
 from helpers import contiguous_table, page_table, random_rows
 
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
 
 def e4m3_like(x):
     """Round to 3 mantissa bits (an fp8-e4m3-style lossy cast, no range clipping): a black box."""
@@ -83,7 +89,55 @@ def test_witness_bounds_the_scheme_residual_and_byte_account():
     w = pool.witness[0, 1][:, s].transpose(1, 0, 2).astype(np.float64)
     assert np.all(w >= norms) and np.all(w <= 1.01 * norms + 1e-7)
     assert pool.nbytes == pool.bytes_per_token() * pool.num_slots
-    assert pool.bytes_per_token_side() == 2 * 128 + 2 * 8
+    assert pool.bytes_per_token_side() == 2 * 128 + 2 * 8 + 2  # (+ the K row's 4-byte norm, per side)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stored_k_norm_bounds_each_row_norm(backend):
+    """Each stored K row's norm is kept rounded up (the evaluation term's norm form,
+    docs/certificate.md §10.1), over fp16's whole range: subnormals, the largest value, a
+    one-channel row; a non-finite row gets +inf; the V side and a pool without witness keep none."""
+    rng = np.random.default_rng(6)
+    d, H, n = 128, 2, 12
+    pool = wc.Fp16Pool(1, H, d, 1, 16, witness_bands=8, backend=backend)
+    xp = pool.xp
+    k = rng.standard_normal((n, H, d)) * np.logspace(-8, 4, n)[:, None, None]
+    k[0] = 2.0 ** -24 * rng.integers(-3, 4, (H, d))       # fp16 subnormals
+    k[1] = 65504.0 * np.sign(rng.standard_normal((H, d)))  # fp16's largest: Σx² near 2^39
+    k[2] = 0.0
+    k[2, :, 77] = -3.0                                      # one channel
+    k[3] = 0.0
+    stored = e4m3_like(k)
+    stored[4, 1, 5] = np.nan
+    pool.write(0, xp.arange(n), xp.asarray(k), xp.asarray(k), k_stored=xp.asarray(stored))
+    x = _host(pool.values[0, 0, :, :n]).astype(np.float64)
+    exact = np.sqrt((x * x).sum(-1))
+    got = _host(pool.k_norm[0, :, :n]).astype(np.float64)
+    ok = np.isfinite(exact)
+    assert np.all(got[ok] >= exact[ok]) and np.all(got[ok] <= exact[ok] * (1 + 2.0 ** -15))
+    assert got[0, 3] == 0.0 and got[0, 2] == 3.0
+    assert np.isinf(got[1, 4]) and np.isfinite(got[0, 4])
+    assert pool.k_norm.shape == (1, H, 16)
+    assert wc.Fp16Pool(1, H, d, 1, 16, backend=backend).k_norm.shape == (1, H, 0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_certificate_reads_the_stored_k_norm(backend):
+    """The fp16 store's γ_t is gamma_exact·||q||·(the stored norm): scaling one token's stored norm by
+    2^20 raises the largest γ_t of every head that attends it by about as much (a kernel that formed the norm from the
+    values would not see it)."""
+    rng = np.random.default_rng(7)
+    pool, table = build(rng, [64], scheme=e4m3_like, bands=16, backend=backend)
+    q = rng.standard_normal((1, 8, 128)).astype(np.float32)
+    cert = wc.CertConfig(tier="A")
+    before = decode(pool, table, q, cert=cert)
+    slot = int(table[3][0][10])
+    pool.k_norm[0, 1, slot] *= np.float32(2.0 ** 20)
+    after = decode(pool, table, q, cert=cert)
+    g0, g1, c1 = _host(before.gamma)[0], _host(after.gamma)[0], _host(after.cmax)[0]
+    assert np.array_equal(g1[:4], g0[:4])  # kv head 0: untouched
+    assert np.all(g1[4:] >= 2.0 ** 16 * g0[4:])  # (the token is not the largest)
+    assert np.all(g0[4:] > 0) and np.all(c1[4:] >= g1[4:])
 
 
 def test_fp16pool_errors_and_nonfinite():
@@ -97,13 +151,13 @@ def test_fp16pool_errors_and_nonfinite():
         decode(bare, t2, q, cert=wc.CertConfig(tier="A"))
     with pytest.raises(ValueError, match="witness_bands"):
         wc.Fp16Pool(1, 2, 128, 4, 16, witness_bands=5)
-    snap = [a.copy() for a in (pool.values, pool.witness, pool.exact)]
+    snap = [a.copy() for a in (pool.values, pool.witness, pool.k_norm, pool.exact)]
     k = rng.standard_normal((3, 2, 128)).astype(np.float32)
     with pytest.raises(ValueError, match="k_stored"):
         pool.write(0, np.arange(3), k, k, k_stored=k[:2])
     with pytest.raises(TypeError, match="v_stored"):
         pool.write(0, np.arange(3), k, k, v_stored=k.astype(np.int16))
-    for a, b in zip(snap, (pool.values, pool.witness, pool.exact)):
+    for a, b in zip(snap, (pool.values, pool.witness, pool.k_norm, pool.exact)):
         assert np.array_equal(a, b)
     bad = k.copy()
     bad[1, 0, 3] = np.inf

@@ -571,6 +571,7 @@ def test_fp16_store_bit_identical_and_metered(dtype):
                    backend="cuda")
     assert np.array_equal(pg.values.get().view(np.uint16), pc.values.view(np.uint16))
     assert np.array_equal(pg.witness.get().view(np.uint16), pc.witness.view(np.uint16))
+    assert np.array_equal(pg.k_norm.get().view(np.uint32), pc.k_norm.view(np.uint32))  # the twin's chain
     q = np.random.default_rng(1).standard_normal((3, 8, 128)).astype(np.float32) * 2
     for cert in (None, wc.CertConfig(tier="A")):
         rg = wc.decode_attention(cp.asarray(q), pg, layer=0, kv_indptr=cp.asarray(tg[0]),

@@ -219,7 +219,8 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
         cfg = pool.config
         k0, k1 = cfg.seed_words
         data = (pool.codes[layer, 0], u16(pool.scales[layer, 0]), u16(pool.outliers[layer, 0]),
-                u16(pool.witness[layer, 0]), pool.codes[layer, 1], u16(pool.scales[layer, 1]),
+                u16(pool.witness[layer, 0]), np.zeros((pool.num_kv_heads, 0), np.float32),
+                pool.codes[layer, 1], u16(pool.scales[layer, 1]),
                 u16(pool.outliers[layer, 1]), pool.bypass_ch[layer])
         quant = (k0, k1, cfg.dither_bits, cfg.group_size)
         if form_i:
@@ -232,7 +233,7 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
         if form_i:
             raise ValueError("the form-(I) logit serves INT8 pools, not stored fp16 values")
         none16 = np.zeros((pool.num_kv_heads, 1, 1), np.uint16)
-        data = (u16(pool.values[layer, 0]), none16, none16, u16(pool.witness[layer, 0]),
+        data = (u16(pool.values[layer, 0]), none16, none16, u16(pool.witness[layer, 0]), pool.k_norm[layer],
                 u16(pool.values[layer, 1]), none16, none16, np.zeros((pool.num_kv_heads, 0), np.int32))
         quant = (0, 0, 8, d)
         scalars = cert_mod.kernel_scalars(height, sm_scale, None)

@@ -374,7 +374,9 @@ class Fp16Pool(PagedPool):
     band, and :func:`~witcert_cupy.decode_attention` meters it with Tier A and the tanh bound.
 
     Storage: ``values`` float16 ``[L, 2, Hkv, num_slots, d]``, ``witness`` float16
-    ``[L, 2, Hkv, num_slots, witness_bands]``, ``exact`` (host, when ``keep_exact``).
+    ``[L, 2, Hkv, num_slots, witness_bands]``, ``k_norm`` float32 ``[L, Hkv, num_slots]`` with a
+    witness (each stored K row's norm, rounded up: the evaluation term's norm form,
+    docs/certificate.md §10.1; ``[L, Hkv, 0]`` without), ``exact`` (host, when ``keep_exact``).
 
     Parameters
     ----------
@@ -399,16 +401,18 @@ class Fp16Pool(PagedPool):
         L, H, N, d = self.num_layers, self.num_kv_heads, self.num_slots, self.head_dim
         self.values = xp.zeros((L, 2, H, N, d), xp.float16)
         self.witness = xp.zeros((L, 2, H, N, self.witness_bands), xp.float16)
+        self.k_norm = xp.zeros((L, H, N if self.witness_bands else 0), xp.float32)
         if self.backend == "cuda":
             from . import _cuda
 
             self._dev = _cuda.Fp16PoolDevice(self)
 
     def bytes_per_token_side(self) -> int:
-        return 2 * self.head_dim + 2 * self.witness_bands
+        # (the K row's norm, 4 bytes, is half of each side's share)
+        return 2 * self.head_dim + 2 * self.witness_bands + (2 if self.witness_bands else 0)
 
     def _storage(self):
-        return self.values, self.witness
+        return self.values, self.witness, self.k_norm
 
     def write(self, layer, slots, k, v, *, k_stored=None, v_stored=None):
         """Store rows of one layer at ``slots``.
@@ -439,8 +443,9 @@ class Fp16Pool(PagedPool):
         for side, name in ((0, "k"), (1, "v")):
             exact = to_fp16_bits(name, rows[name])
             stored = to_fp16_bits(name + "_stored", rows[name + "_stored"]) if name + "_stored" in rows else exact
+            norms = self.k_norm[layer] if side == 0 else np.zeros((self.num_kv_heads, 0), np.float32)
             store_fp16_rows(exact, stored, s64, self.band_ch, self.values[layer, side].view(np.uint16),
-                            self.witness[layer, side].view(np.uint16), poisoned)
+                            self.witness[layer, side].view(np.uint16), norms, poisoned)
             self._keep(layer, side, s64, exact)
             self.nonfinite_writes[0] += int(poisoned.sum())
             poisoned[:] = 0

@@ -146,7 +146,7 @@ def norm_coefficient(qv, gamma_exact):
 
 
 @njit(parallel=True, cache=True)
-def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v,
+def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, norm_k, codes_v, scales_v, outl_v,
                   bypass_ch, band_ch, kv_indptr, kv_indices, kv_last_page_len, page_size,
                   sm_scale, layer, head_base, k0, k1, bits, group_size, tier, log_budget, beta_steps,
                   gamma_per_beta, gamma_exact, num_splits, fp16_store, tier_map, tier_k, tier_v, want_pages,
@@ -169,7 +169,9 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
     c_t = min(c^A, c^B) + γ_t (SPEC §4.1): ``gamma_per_beta`` times β's sum ``Σ_g s_g·b1_g`` on
     quantized channels (certificate.gamma_per_beta), ``gamma_exact`` per unit of ``Σ|q_c||x_c|`` on
     exact ones (outlier pairs, exact-tier pages, which have ``c_t = γ_t``); an fp16 store's rows take
-    ``gamma_exact·||q||·||x_t||`` instead (:func:`norm_coefficient`: one norm per token, whatever G).
+    ``gamma_exact·||q||·||x_t||`` instead (:func:`norm_coefficient`), ``||x_t||`` the pool's stored
+    norm ``norm_k float32 [Hkv, N]`` (rounded up at write time; an INT8 pool passes ``[Hkv, 0]``),
+    an exact-tier token's formed from its row.
     ``gam_part`` receives ``max_t γ_t`` per split (the second reading of p̃, docs/certificate.md §10.4).
     Exact tier (SPEC §7): ``tier_map int32 [Hkv, num_pages]`` gives the tier entry of a (kv head,
     page) or -1; entries hold exact fp16 K/V bits ``tier_k/tier_v uint16 [cap, page_size, d]``.
@@ -302,11 +304,14 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, codes_v, scales_v, outl_v
                     dither_row(xi, slot, 1, layer, h + head_base, 0, k0, k1, bits)
                     reconstruct_row(vh, codes_v[h, slot], scales_v[h, slot], outl_v[h, slot], xi,
                                     bypass_ch[h], group_size)
-                xn = np.float32(0.0)  # an fp16 store's ||x_t||
+                xn = np.float32(0.0)  # an fp16 store's ||x_t||: stored, or an exact-tier row's
                 if fp16_store and tier != TIER_NONE:
-                    for c in range(d):
-                        xn += kh[c] * kh[c]
-                    xn = np.sqrt(xn)
+                    if te >= 0:
+                        for c in range(d):
+                            xn += kh[c] * kh[c]
+                        xn = np.sqrt(xn)
+                    else:
+                        xn = norm_k[h, slot]
                 for g in range(G):
                     if head_bad[g]:
                         continue

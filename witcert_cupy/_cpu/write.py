@@ -115,11 +115,29 @@ def band_witness(err2, channels):
     return np.uint16(f32_to_f16_bits_ru(sqrt_up(acc) * _MARGIN))
 
 
+@njit(cache=True)
+def row_norm_up(bits):
+    """``||x||`` of a row of fp16 values (bits ``uint16 [d]``), rounded up, as float32: each square
+    is exact in float32 (an fp16 significand squared fits 22 bits, and 2^-48 is normal), the running
+    sum in channel order rounded toward +inf, its square root rounded toward +inf.  A row with a
+    non-finite value gives +inf.  The norm form of an fp16 store's evaluation term
+    (docs/certificate.md §10.1) reads it; twin of ``row_norm_up`` in ``cuda/write.cu``."""
+    acc = np.float32(0.0)
+    for c in range(bits.shape[0]):
+        x = f16_bits_to_f32(bits[c])
+        if not is_finite32(x):
+            return np.float32(np.inf)
+        acc = add_up(acc, x * x)
+    return sqrt_up(acc)
+
+
 @njit(parallel=True, cache=True)
-def store_fp16_rows(exact_bits, stored_bits, dest_rows, band_ch, values, witness, poisoned):
-    """Write ``stored_bits`` (fp16 ``[n, H, d]``) as the rows ``dest_rows`` of ``values [H, R, d]`` and
-    the Tier-A witness of ``stored − exact`` into ``witness [H, R, B]`` (black-box schemes, SPEC §3).
-    A row with a non-finite exact or stored value gets an infinite witness and is counted."""
+def store_fp16_rows(exact_bits, stored_bits, dest_rows, band_ch, values, witness, norms, poisoned):
+    """Write ``stored_bits`` (fp16 ``[n, H, d]``) as the rows ``dest_rows`` of ``values [H, R, d]``,
+    the Tier-A witness of ``stored − exact`` into ``witness [H, R, B]`` (black-box schemes, SPEC §3)
+    and, where ``norms float32 [H, R]`` has rows (the K side of a pool with a witness), each stored
+    row's norm rounded up (:func:`row_norm_up`; ``[H, 0]``: none).  A row with a non-finite exact or
+    stored value gets an infinite witness and norm and is counted."""
     n, H, d = exact_bits.shape
     nbands = band_ch.shape[0]
     for it in prange(n * H):
@@ -139,6 +157,8 @@ def store_fp16_rows(exact_bits, stored_bits, dest_rows, band_ch, values, witness
                 err2[c] = mul_up(r, r)
         for b in range(nbands):
             witness[h, row, b] = _INF16 if bad else band_witness(err2, band_ch[b])
+        if norms.shape[1] > 0:
+            norms[h, row] = np.float32(np.inf) if bad else row_norm_up(stored_bits[i, h])
         if bad:
             poisoned[i, h] = 1
 

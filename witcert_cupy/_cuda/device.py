@@ -214,4 +214,4 @@ class Fp16PoolDevice(_DeviceBase):
             (n, p.num_kv_heads, 2), (p.head_dim,),
             (kd, vd, _i32(code), st[0][0], _i32(st[0][1]), st[1][0], _i32(st[1][1]), s, _i32(n), _i32(p.num_kv_heads), np.int64(p.num_slots), _i32(p.head_dim), _i32(layer),
              _i32(self.num_bands), self.band_ch, p.values.view(cp.uint16), p.witness.view(cp.uint16),
-             np.uint64(self.exact_ptr), self.counters))
+             p.k_norm if p.k_norm.size else np.uint64(0), np.uint64(self.exact_ptr), self.counters))
