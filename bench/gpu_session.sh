@@ -39,4 +39,6 @@ python3 bench/write.py --out "$OUT" > "$OUT/bench_write.log" 2>&1; tail -3 "$OUT
 python3 bench/extend.py --out "$OUT" > "$OUT/bench_extend.log" 2>&1; tail -3 "$OUT/bench_extend.log"
 python3 bench/telemetry_gate.py --out "$OUT" > "$OUT/bench_telemetry_gate.log" 2>&1; tail -3 "$OUT/bench_telemetry_gate.log"
 python3 bench/looseness.py --backend cuda --shapes demo,2/32/8/32768,4/28/4/32768,1/32/8/4096,1/28/4/32768 \
-  --out "$OUT" > "$OUT/bench_looseness.log" 2>&1; tail -2 "$OUT/bench_looseness.log"
+  --workers 5 --out "$OUT" > "$OUT/bench_looseness.log" 2>&1; tail -2 "$OUT/bench_looseness.log"
+python3 bench/soundness.py --backend cuda --cells 1050000 --workers 8 --out "$OUT" > "$OUT/bench_soundness.log" 2>&1
+tail -1 "$OUT/bench_soundness.log"

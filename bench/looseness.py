@@ -1,7 +1,7 @@
 """What the certificate's evaluation term costs in looseness (SPEC §4.1): the demo's median TV bound
 with the kernels' own evaluation term γ_t, against the same run with γ_t removed, in one process.
 
-    PYTHONPATH=. python3 bench/looseness.py [--backend cpu|cuda] [--shapes demo,2/32/8/32768] [--out bench/results]
+    PYTHONPATH=. python3 bench/looseness.py [--backend cpu|cuda] [--shapes demo,2/32/8/32768] [--workers 5] [--out bench/results]
 
 A shape ``B/Hq/Hkv/S`` runs the demo's synthetic model with that batch, heads and first context (one
 layer, four steps), once as the demo configures it (Tier AB, two exact RoPE pairs: the general
@@ -48,29 +48,50 @@ def runs(spec):
     return [(f"{spec} AB+outliers", base), (f"{spec} B plain", dict(base, tier="B", n_outlier_pairs=0))]
 
 
+def measure(backend, spec):
+    """The rows of one ``--shapes`` entry: each run's median bound with and without γ_t."""
+    rows = []
+    for name, kw in runs(spec):
+        med = {}
+        for label, fn in (("shipped", _shipped), ("without_gamma", _without_gamma)):
+            certificate.kernel_scalars = fn
+            try:
+                r = run_demo(backend=backend, quiet=True, **kw)
+            finally:
+                certificate.kernel_scalars = _shipped
+            med[label] = r["tv_bound"]["median"]
+            med[f"{label}_violations"] = r["violations"]
+            med["cells"] = r["cells"]
+        rows.append({"case": name, **med, "looseness": med["shipped"] / med["without_gamma"] - 1.0})
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--shapes", default="demo", help="comma-separated: demo and/or B/Hq/Hkv/S")
+    ap.add_argument("--workers", type=int, default=1, help="processes measuring shapes at once (results in order)")
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args()
+    if args.workers < 1:
+        ap.error("--workers must be >= 1")
+    specs = [spec.strip() for spec in args.shapes.split(",")]
+    for spec in specs:
+        runs(spec)  # (every entry checked before any runs)
     rows, t0 = [], time.time()
-    for spec in args.shapes.split(","):
-        for name, kw in runs(spec.strip()):
-            med = {}
-            for label, fn in (("shipped", _shipped), ("without_gamma", _without_gamma)):
-                certificate.kernel_scalars = fn
-                try:
-                    r = run_demo(backend=args.backend, quiet=True, **kw)
-                finally:
-                    certificate.kernel_scalars = _shipped
-                med[label] = r["tv_bound"]["median"]
-                med[f"{label}_violations"] = r["violations"]
-                med["cells"] = r["cells"]
-            row = {"case": name, **med, "looseness": med["shipped"] / med["without_gamma"] - 1.0}
+    if args.workers == 1:
+        results = (measure(args.backend, spec) for spec in specs)
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        ex = ProcessPoolExecutor(args.workers, mp_context=mp.get_context("spawn"))
+        results = ex.map(measure, [args.backend] * len(specs), specs)
+    for spec_rows in results:
+        for row in spec_rows:
             rows.append(row)
-            print(f"[looseness] {name}: median bound {med['shipped']:.5g} vs {med['without_gamma']:.5g} without "
-                  f"γ_t: +{100 * row['looseness']:.2f}% ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+            print(f"[looseness] {row['case']}: median bound {row['shipped']:.5g} vs {row['without_gamma']:.5g} "
+                  f"without γ_t: +{100 * row['looseness']:.2f}% ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     out = {"meta": {"date": time.strftime("%Y-%m-%d"), "backend": args.backend,
                     "command": "python3 bench/looseness.py " + " ".join(sys.argv[1:]), "wall_s": time.time() - t0},
            "rows": rows}
