@@ -82,10 +82,12 @@ class Case:
             fill = ((self.pool.codes, lambda n: (cp.random.randint(0, 255, size=n, dtype=cp.int32) - 127)
                      .astype(cp.int8)),
                     (self.pool.scales, lambda n: cp.random.uniform(0.004, 0.03, size=n).astype(cp.float16)))
-        else:
+        else:  # through the write path: what each tree's certified kernel reads is its own pool's
+            from decode import fill_fp16_pool
+
             self.pool = wc.Fp16Pool(1, hkv, D, total, PAGE, witness_bands=BANDS, backend="cuda")
-            fill = ((self.pool.values, lambda n: cp.random.standard_normal(n, dtype=cp.float32).astype(cp.float16)),
-                    (self.pool.witness, lambda n: cp.full(n, 0.01, cp.float16)))
+            fill_fp16_pool(self.pool, 0)
+            fill = ()
         cp.random.seed(0)
         blk = 1 << 24
         for arr, gen in fill:
@@ -126,7 +128,7 @@ def measure(args):
         for ci, (label, store, bits, tier) in enumerate(CONFIGS):
             print(f"[cert_cost] shape {si + 1}/{len(SHAPES)} B={B} {hq}/{hkv} ctx={ctx}, config {ci + 1}/"
                   f"{len(CONFIGS)} {label}", file=sys.stderr, flush=True)
-            per_tok = 2 * (D + 8) if store == "int8" else 2 * (2 * D + BANDS)
+            per_tok = 2 * (D + 8) if store == "int8" else 2 * (2 * D + BANDS) + 4
             rot = rotations(B * hkv * ctx * per_tok, l2)
             cases = {"base": Case(base, store, bits, shape, rot), "this": Case(this, store, bits, shape, rot)}
             plans = {k: c.plans(tier) for k, c in cases.items()}

@@ -230,6 +230,18 @@ class Int8Case:
         return err
 
 
+def fill_fp16_pool(pool, seed, chunk=1 << 16):
+    """Every slot of layer 0 of an Fp16Pool written through its write path with standard-normal rows
+    (K = V): the stored values, their witness (0: stored = exact) and the K rows' stored norms that
+    the certified kernel reads are then the pool's own, as in use."""
+    rng = cp.random.RandomState(seed)
+    H, d = pool.num_kv_heads, pool.head_dim
+    for s0 in range(0, pool.num_slots, chunk):
+        n = min(chunk, pool.num_slots - s0)
+        rows = rng.standard_normal((n, H, d), dtype=cp.float32).astype(cp.float16)
+        pool.write(0, cp.arange(s0, s0 + n, dtype=cp.int64), rows, rows)
+
+
 class Fp16Case(Int8Case):
     """Our fp16-store decode (Fp16Pool) on the same geometry: a black-box scheme's values with a
     ``FP16_BANDS``-band witness, metered by Tier A when certified (``plans(cert=True)``)."""
@@ -238,19 +250,12 @@ class Fp16Case(Int8Case):
         npg = ctx // page
         self.B, self.hq, self.hkv, self.ctx, self.rot, self.d = B, hq, hkv, ctx, rot, D
         self.pool = wc.Fp16Pool(1, hkv, D, B * npg * rot, page, witness_bands=FP16_BANDS, backend="cuda")
-        cp.random.seed(1)
-        blk = cp.random.standard_normal(1 << 24, dtype=cp.float32).astype(cp.float16)
-        arr = self.pool.values.reshape(-1)
-        for off in range(0, arr.size, blk.size):
-            n = min(blk.size, arr.size - off)
-            arr[off:off + n] = blk[:n]
+        fill_fp16_pool(self.pool, 1)
         self.tables, self.q = rotated_tables(B, hq, npg, page, rot)
 
-        self.pool.witness.reshape(-1)[:] = cp.float16(0.01)  # (its contents do not change the work)
-
     def bytes_moved(self, cert=False):
-        """K and V rows, and the K side's witness rows when certified."""
-        return self.B * self.hkv * self.ctx * (2 * 2 * D + (2 * FP16_BANDS if cert else 0))
+        """K and V rows, and when certified the K side's witness rows and stored norms."""
+        return self.B * self.hkv * self.ctx * (2 * 2 * D + (2 * FP16_BANDS + 4 if cert else 0))
 
     def plans(self, bits=None, cert=False, stage1="auto", num_splits=None, **_):
         c = wc.CertConfig(tier="A", num_layers=32, steps=1024) if cert else None
