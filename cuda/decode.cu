@@ -854,8 +854,8 @@ extern "C" __global__ void decode_certify(const float* __restrict__ log_a, const
 // An explicit instantiation (the offline compile checks in tests/test_cuda_compile.py).
 #define WC_INST1(D, G, F)                                                                                 \
     template __global__ void decode_stage1<D, G, F, 0>(const float*, const i8*, const u16*, const u16*, const u16*, \
-                                                 const float*, const int*, const int*, const int*, const int*, const int*,  \
-                                                 float*, float*, float*, float*, float*, const int*,          \
+                                                 const float*, const int*, const int*, const int*, const int*, \
+                                                 const int*, float*, float*, float*, float*, float*, const int*, \
                                                  const u16*, const u16*, float*, float*, i64, int, int, int,  \
                                                  int, int, int, int, int, int, int, int, int, int, int, int,  \
                                                  int, int, u32, u32, float, float, float, float, float);

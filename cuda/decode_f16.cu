@@ -5,7 +5,7 @@
 // λ, cmax and Γ per split.  γ_t = gamma_exact·||q_g||·||x_t|| (Cauchy–Schwarz on Σ_c |q_c||x_c|,
 // docs/certificate.md §10.1), ||x_t|| the pool's stored norm (knorm, rounded up when the row was
 // written): one 4-byte load per token, where Σ|q||x| per head would double the dot products' work
-// and forming the norm here cost an FMA per channel and token (6–12% of a certified step).
+// and forming the norm here cost an FMA per channel and token (4% of a certified step at G = 7).
 //
 // decode_stage1_f16<G, CERT>: grid (⌈num_splits / NP⌉, Hkv, B), block NP warps serving the kv
 // head's G query heads (CERT: the certified instantiation, tier != 0; the other carries no λ state).
@@ -130,8 +130,8 @@ __device__ __forceinline__ void f16_stage_side(u32 dst, const u16* src, u32 slot
 template <int G, bool CERT>
 __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_stage1_f16(
     const float* __restrict__ q, const u16* __restrict__ vals, const u16* __restrict__ wit,
-    const float* __restrict__ knorm, const int* __restrict__ band_ch, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
-    const int* __restrict__ kv_last_page_len, float* __restrict__ o_part, float* __restrict__ lse_part,
+    const float* __restrict__ knorm, const int* __restrict__ band_ch, const int* __restrict__ kv_indptr,
+    const int* __restrict__ kv_indices, const int* __restrict__ kv_last_page_len, float* __restrict__ o_part, float* __restrict__ lse_part,
     float* __restrict__ lam_part, float* __restrict__ cmax_part, float* __restrict__ gam_part, i64 N, int H, int layer,
     int NB, int page_shift, int num_pages, int nnz, int num_splits, int tier, float sm, float gamma_exact) {
     static_assert(F16_PIPES >= 1 && 12 % F16_PIPES == 0, "F16_PIPES: a divisor of 12");
@@ -464,10 +464,10 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
 
 // An explicit instantiation (the offline compile checks in tests/test_cuda_compile.py).
 #define WC_F16_INST(G, C)                                                                                      \
-    template __global__ void decode_stage1_f16<G, C>(const float*, const u16*, const u16*, const float*, const int*, \
-                                                     const int*, const int*, const int*, float*, float*, float*,    \
-                                                     float*, float*, i64, int, int, int, int, int, int, int, int,     \
-                                                     float, float);
+    template __global__ void decode_stage1_f16<G, C>(const float*, const u16*, const u16*, const float*,        \
+                                                     const int*, const int*, const int*, const int*, float*,     \
+                                                     float*, float*, float*, float*, i64, int, int, int, int,     \
+                                                     int, int, int, int, float, float);
 #ifdef WITCERT_INSTANTIATE_ALL
 #define WC_F16_INST_C(G) WC_F16_INST(G, false) WC_F16_INST(G, true)
 WC_F16_INST_C(1)
