@@ -134,3 +134,44 @@ Proof.
     nra. }
   pose proof (ru16_ge (rnd32 (a * margin))). lra.
 Qed.
+
+(** An fp16 store's stored row norm (docs/certificate.md §10.1) bounds the row's norm: over a row of
+    binary16 values [x_c], [N = (√acc)↑] with [acc ← (acc + rn(x_c·x_c))↑] in channel order.  Each
+    square is a binary32 number (an 11-bit significand squared has at most 22 bits, and the
+    exponent stays above binary32's least), so its rounding is the identity and [N ≥ ||x||] holds
+    without a premise on underflow. *)
+Definition binary16 (x : R) : Prop := generic_format radix2 (FLT_exp (-24) 11) x.
+
+Lemma binary16_square_exact x : binary16 x -> rnd32 (x * x) = x * x.
+Proof.
+  intros Hx.
+  unfold rnd32. apply round_generic; [apply valid_rnd_N |].
+  apply FLT_format_generic in Hx; [| exact prec_binary16].
+  destruct Hx as [f Hf Hm He].
+  apply generic_format_FLT.
+  apply (FLT_spec _ _ _ _ (Float radix2 (Fnum f * Fnum f) (Fexp f + Fexp f))).
+  - rewrite Hf. unfold F2R. simpl. rewrite mult_IZR, bpow_plus. ring.
+  - simpl. rewrite Z.abs_mul.
+    assert (H11 : (Z.abs (Fnum f) < 2 ^ 11)%Z) by (simpl in Hm; exact Hm).
+    assert (H0 : (0 <= Z.abs (Fnum f))%Z) by apply Z.abs_nonneg.
+    simpl. nia.
+  - simpl in He |- *. lia.
+Qed.
+
+Theorem row_norm_bound (xs : list R) :
+  Forall binary16 xs ->
+  sqrt (sumsq xs) <= ru32 (sqrt (sum_up 0 (map (fun x => rnd32 (x * x)) xs))).
+Proof.
+  intros Hb.
+  assert (Hmap : map (fun x => rnd32 (x * x)) xs = map (fun x => x * x) xs).
+  { induction Hb as [| x l Hx Hl IH]; simpl; [reflexivity |].
+    rewrite (binary16_square_exact x Hx), IH. reflexivity. }
+  rewrite Hmap.
+  assert (Hsum : sumsq xs = fold_right Rplus 0 (map (fun x => x * x) xs)).
+  { clear. induction xs as [| x l IH]; simpl; [reflexivity | rewrite IH; reflexivity]. }
+  pose proof (sum_up_ge (map (fun x => x * x) xs) 0) as Hge.
+  assert (Hacc : sumsq xs <= sum_up 0 (map (fun x => x * x) xs)) by lra.
+  pose proof (sqrt_le_1_alt _ _ Hacc).
+  pose proof (ru32_ge (sqrt (sum_up 0 (map (fun x => x * x) xs)))).
+  lra.
+Qed.
