@@ -82,20 +82,19 @@ class Case:
             fill = ((self.pool.codes, lambda n: (cp.random.randint(0, 255, size=n, dtype=cp.int32) - 127)
                      .astype(cp.int8)),
                     (self.pool.scales, lambda n: cp.random.uniform(0.004, 0.03, size=n).astype(cp.float16)))
+            cp.random.seed(0)
+            blk = 1 << 24
+            for arr, gen in fill:
+                flat = arr.reshape(-1)
+                src = gen(blk)
+                for off in range(0, flat.size, blk):
+                    n = min(blk, flat.size - off)
+                    flat[off:off + n] = src[:n]
         else:  # through the write path: what each tree's certified kernel reads is its own pool's
             from decode import fill_fp16_pool
 
             self.pool = wc.Fp16Pool(1, hkv, D, total, PAGE, witness_bands=BANDS, backend="cuda")
             fill_fp16_pool(self.pool, 0)
-            fill = ()
-        cp.random.seed(0)
-        blk = 1 << 24
-        for arr, gen in fill:
-            flat = arr.reshape(-1)
-            src = gen(blk)
-            for off in range(0, flat.size, blk):
-                n = min(blk, flat.size - off)
-                flat[off:off + n] = src[:n]
         rng = np.random.default_rng(0)
         self.tables, self.q = [], []
         for r in range(rot):

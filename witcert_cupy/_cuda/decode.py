@@ -224,8 +224,9 @@ class DecodePlan:
         self.page_lam = cp.full((B, Hq, max(P, 1)), -cp.inf, cp.float32)
         # an fp16 store's stored K row norms (its evaluation term's norm form), or a null pointer
         knorm = p.k_norm if dev.fp16_store and p.k_norm.size else np.uint64(0)
-        common = (self.q, data, scales, outl, wit, bypass, dev.band_ch, self.ip, self.ix, self.ll, self.o_part,
-                  self.lse_part, self.lam_part, self.cmax_part, self.gam_part)
+        stored = (self.q, data, scales, outl, wit)  # (the general kernel takes knorm after these)
+        tail = (bypass, dev.band_ch, self.ip, self.ix, self.ll, self.o_part, self.lse_part, self.lam_part,
+                self.cmax_part, self.gam_part)
         if self.kernel_name == "f16":
             self.args1 = (self.q, data, wit, knorm, dev.band_ch, self.ip, self.ix, self.ll, self.o_part, self.lse_part,
                           self.lam_part, self.cmax_part, self.gam_part, np.int64(p.num_slots), _i32(p.num_kv_heads),
@@ -245,14 +246,14 @@ class DecodePlan:
         elif self.kernel_name == "v2":
             tier, tier_dims = self._exact_tier(layer)
             pages = (self.page_lse, self.page_lam) if P > 0 else (np.uint64(0), np.uint64(0))
-            self.args1 = (*common, *tier, *pages, np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer),
+            self.args1 = (*stored, *tail, *tier, *pages, np.int64(p.num_slots), _i32(p.num_kv_heads), _i32(layer),
                           _i32(p.kv_head_offset), _i32(gs.bit_length() - 1), _i32(bypass.shape[-1]), _i32(dev.num_bands),
                           _i32(int(math.log2(p.page_size))), _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns),
                           _i32(cert_mod.tier_code(cert)), *tier_dims, _i32(P), np.uint32(k0), np.uint32(k1),
                           np.float32(sm_scale), np.float32(logb), np.float32(beta), np.float32(gpb), np.float32(gex))
         else:
             tier, tier_dims = self._exact_tier(layer)
-            self.args1 = (*common[:5], knorm, *common[5:], *tier, self.page_lse, self.page_lam, np.int64(p.num_slots), _i32(B),
+            self.args1 = (*stored, knorm, *tail, *tier, self.page_lse, self.page_lam, np.int64(p.num_slots), _i32(B),
                           _i32(p.num_kv_heads), _i32(layer), _i32(gs), _i32(bypass.shape[-1]), _i32(dev.num_bands),
                           _i32(int(math.log2(p.page_size))), _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns),
                           _i32(cert_mod.tier_code(cert)), _i32(bits), *tier_dims, _i32(P > 0), _i32(P),
