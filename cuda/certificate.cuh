@@ -32,6 +32,21 @@ WC_D SmSplit sm_split(float sm) {
     return s;
 }
 
+// x·2^-e for the exponent e of a largest |x| (frexpf of a normal number, or 0), as two multiplies by
+// normal powers of two: exact wherever ldexpf(x, -e) is a normal number, and 0 (flushed) wherever it
+// is not, as ldexpf's own multiplies give under -ftz=true.  Why not ldexpf: it splits its factor for
+// any exponent, four multiplies per entry on the set-up's chain (a short step, B = 1, waits for it);
+// here e lies in [-125, 128], so -e splits into two halves in [-64, 63].
+struct Pow2Down {
+    float a, b;
+    WC_D explicit Pow2Down(int e) {
+        const int h = -e / 2;
+        a = __int_as_float((127 + h) << 23);
+        b = __int_as_float((127 - e - h) << 23);
+    }
+    WC_D float operator()(float x) const { return __fmul_rn(__fmul_rn(x, a), b); }
+};
+
 // Σ|q'| and Σq'² of the channels ch(i), i < n, of one query row in shared memory, skipped where
 // `skip(i)`, on q' = q·2^-e with 2^e bounding their largest |q| (a NaN entry gives NaN sums, which
 // coef_up makes +inf)
@@ -42,10 +57,11 @@ WC_D void normalized_sums(const float* qrow, int n, Ch ch, Skip skip, float& q1,
         if (!skip(i)) mx = fmaxf(mx, fabsf(qrow[ch(i)]));
     frexpf(mx, &e);
     if (!(mx <= WC_F32_MAX)) e = 0;
+    const Pow2Down down(e);
     q1 = q2 = 0.0f;
     for (int i = 0; i < n; ++i) {
         if (skip(i)) continue;
-        const float v = ldexpf(qrow[ch(i)], -e);
+        const float v = down(qrow[ch(i)]);
         q2 += v * v;
         q1 += fabsf(v);
     }
@@ -109,9 +125,10 @@ WC_D float warp_norm_coefficient(const float* qrow, int n, float gamma_exact, in
     int e;
     frexpf(mx, &e);
     if (!(mx <= WC_F32_MAX)) e = 0;
+    const Pow2Down down(e);
     float q2 = 0.0f;
     for (int c = lane; c < n; c += 32) {
-        const float v = ldexpf(qrow[c], -e);
+        const float v = down(qrow[c]);
         q2 += v * v;
     }
     q2 = warp_sum(q2);
