@@ -115,6 +115,23 @@ WC_D u32 f32_to_f16_ru_normal(float x) {
     return r;
 }
 
+// √acc rounded up for a witness sum: 0, or a finite sum of squares of non-zero residuals (each at
+// least 2^-98).  On [2^-101, FLT_MAX] __fsqrt_ru is this sequence (a reciprocal-root estimate, the
+// residual a − s² by an exact fma, the correction added rounded up); outside it __fsqrt_ru branches
+// to a general routine, which a witness sum reaches only at 0.  Written out, the sum's root is
+// straight-line code (the branch, its convergence barrier and the row's infinite-witness choice
+// became a select), with the same bits: tests/test_gpu.py compares the two on every float of that
+// range and at 0.
+WC_D float witness_sqrt_ru(float acc) {
+    float r, s, h, e, q;
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(acc));
+    asm("mul.rn.ftz.f32 %0, %1, %2;" : "=f"(s) : "f"(acc), "f"(r));
+    asm("mul.rn.ftz.f32 %0, %1, 0f3F000000;" : "=f"(h) : "f"(r));
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(e) : "f"(-s), "f"(s), "f"(acc));
+    asm("fma.rp.f32 %0, %1, %2, %3;" : "=f"(q) : "f"(e), "f"(h), "f"(s));
+    return acc == 0.0f ? 0.0f : q;
+}
+
 // The fp16 bits of a scale group's scale from its amax's fp16 bits (finite, non-negative):
 // fp16(fp32(amax / SCALE_DIVISOR)) rounded up, 0 for amax = 0 (SPEC §3, the twin's division).  The
 // quotient by quotient_rn with the divisor's reciprocal (the divisor 126.5 is itself an fp16, so

@@ -40,7 +40,7 @@ __device__ __forceinline__ u16 load_as_f16(const void* base, i64 idx, int dtype)
 __device__ __forceinline__ float square_up(float r) { return __fmul_ru(r, r); }
 
 __device__ __forceinline__ u16 witness_f16_of_sum(float acc) {
-    return (u16)f32_to_f16_ru_normal(__fmul_rn(__fsqrt_ru(acc), (float)WC_WITNESS_MARGIN));
+    return (u16)f32_to_f16_ru_normal(__fmul_rn(witness_sqrt_ru(acc), (float)WC_WITNESS_MARGIN));
 }
 
 // ... from the squared residuals err2[] of the band's channels in list order: the same sequential

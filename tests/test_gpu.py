@@ -321,6 +321,34 @@ def test_write_scale_is_division_rounded_up_for_every_fp16_amax():
     assert int(mism.get()[0]) == 0
 
 
+WITNESS_ROOT_CHECK = r"""
+extern "C" __global__ void witness_root_check(u32 lo, u32 hi, unsigned long long* mismatches) {
+    // every float32 with bits in [lo, hi], strided over the grid
+    unsigned long long bad = 0;
+    for (u32 b = lo + blockIdx.x * blockDim.x + threadIdx.x; b <= hi && b >= lo; b += gridDim.x * blockDim.x) {
+        const float a = __uint_as_float(b);
+        bad += __float_as_uint(witness_sqrt_ru(a)) != __float_as_uint(__fsqrt_ru(a));
+    }
+    if (lo == 0u && blockIdx.x == 0 && threadIdx.x == 0) bad += __float_as_uint(witness_sqrt_ru(0.0f)) != 0u;
+    atomicAdd(mismatches, bad);
+}
+"""
+
+
+def test_witness_root_is_fsqrt_ru_on_its_domain():
+    """witness_sqrt_ru (the witness sums' root without __fsqrt_ru's general-path branch) equals
+    __fsqrt_ru bit for bit on every float32 of [2^-101, FLT_MAX] (a witness sum is 0 or at least
+    2^-98) and at 0, under the kernels' own options."""
+    from witcert_cupy import _cuda
+
+    src = _cuda.inline_source("common.cuh") + WITNESS_ROOT_CHECK
+    fn = cp.RawModule(code=src, options=_cuda.options()).get_function("witness_root_check")
+    mism = cp.zeros(1, cp.uint64)
+    fn((132 * 16,), (256,), (np.uint32(0x0D000000), np.uint32(0x7F7FFFFF), mism))
+    fn((1,), (32,), (np.uint32(0), np.uint32(0), mism))
+    assert int(mism.get()[0]) == 0
+
+
 def _pools(seed, **kw):
     cpu = filled_pool(np.random.default_rng(seed), backend="cpu", **kw)
     gpu = filled_pool(np.random.default_rng(seed), backend="cuda", **kw)
