@@ -500,12 +500,13 @@ __device__ __forceinline__ void write_rows_impl(
     if (tr == 0 && rbad) atomicAdd(&counters[0], 1ull);
 }
 
-// CTAs per SM the register budget is set for: the most without spills at every dither width, 4
-// (64 registers) without a witness, 3 (80) with one
-__host__ __device__ constexpr int wr_min_blocks(bool wit) { return wit ? 3 : 4; }
+// CTAs per SM the register budget is set for: the most without spills, 4 (64 registers) without a
+// witness and with one at 8-bit dither, 3 (80) with one at 16 and 24 bits (at 64 registers ptxas
+// spilled 48–68 bytes there)
+__host__ __device__ constexpr int wr_min_blocks(bool wit, int bits) { return wit && bits != 8 ? 3 : 4; }
 
 #define WC_WRITE_ENTRY(D, BITS, WIT, SUFFIX)                                                              \
-    extern "C" __global__ void __launch_bounds__(WR_THREADS, wr_min_blocks(WIT))                    \
+    extern "C" __global__ void __launch_bounds__(WR_THREADS, wr_min_blocks(WIT, BITS))                    \
         write_rows_##D##_##BITS##SUFFIX(                                                                  \
             const void* xk, const void* xv, int in_dtype, int vec, const i64* slots, const i64* dest_rows, int n, \
             int H, i64 N, int layer, int head_base, int plane_layer, int side0, int nsides, int gs_shift, int NP2, \
