@@ -145,6 +145,12 @@ WC_D u32 scale_f16_of_amax(u32 amax_bits) {
 
 #endif  // __CUDA_ARCH__
 
+// a compile-time boolean as a type: the argument that picks a generic lambda's instance
+template <bool B>
+struct WcBool {
+    static constexpr bool value = B;
+};
+
 #ifdef __CUDA_ARCH__
 // A request's pages, every page-table value checked before use: an inconsistent kv_indptr or a last
 // page length outside 1..page_size poisons the request (NaN output, infinite certificate) instead

@@ -2,9 +2,10 @@
 // tensor-core products of the stored code and dither bytes with a three-digit integer split of the
 // power-of-two-scaled query, the values as integer products of the same bytes with three digits of
 // p̃·s.  INT8 pools at d = 64, 128 or 256, 8-bit dither, scale groups of 32, no outlier channels,
-// Tier A, B, AB (8–64 witness bands, a multiple of 8) or no certificate; with Tier B per-page
-// contributions (pages of 16 tokens, d ≤ 128), and with them the exact tier (the gate's steps).  One file per head dim instantiates
-// it (decode_i8_d64.cu, ...: the compiles stay short).
+// Tier A, B, AB (8–64 witness bands, a multiple of 8) or no certificate; the exact tier on pools of
+// 16-token pages; with Tier B per-page contributions (16-token pages, d ≤ 128), over the exact tier
+// or not (the gate's steps).  One file per head dim instantiates it (decode_i8_d64.cu, ...: the
+// compiles stay short).
 //
 // decode_stage1_i8<D, G, TIER, PAGES, EXACT>: grid (num_splits, Hkv, B), D / 64 warps per CTA serving the
 // kv head's G ≤ 8 query heads over its split, 32-token tiles through a two-deep cp.async pipeline per
@@ -112,7 +113,7 @@ WC_D u32 dynamic_smem_bytes() {
 }
 
 template <int D, int G, int TIER, bool PAGES, bool EXACT>
-__global__ void __launch_bounds__(D / 2, (PAGES || EXACT ? I8_WARPS_PER_SM_PAGES : I8_WARPS_PER_SM) * I8_WARP_CH / D)
+__global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WARPS_PER_SM) * I8_WARP_CH / D)
     decode_stage1_i8(const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
                      const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
                      const int* __restrict__ kv_last_page_len, float* __restrict__ o_part,
@@ -128,7 +129,6 @@ __global__ void __launch_bounds__(D / 2, (PAGES || EXACT ? I8_WARPS_PER_SM_PAGES
     static_assert(TIER >= 0 && TIER <= 3, "tier code: 0 none, 1 A, 2 B, 3 AB");
     constexpr bool CERT = TIER != 0, TA = (TIER & 1) != 0, TB = (TIER & 2) != 0;
     static_assert(CERT || !PAGES, "page contributions are a certified step's");
-    static_assert(!EXACT || PAGES, "the exact tier is served for the gate's steps (certified, page contributions)");
     constexpr int NW = D / I8_WARP_CH, NG = D / 32, THREADS = 32 * NW;
     constexpr int NBW = 4 / NW;  // 8-token blocks per warp of the certificate's work
     // (a warp's certificate blocks are whole 16-token pages up to d = 128)
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(D / 2, (PAGES || EXACT ? I8_WARPS_PER_SM_PAGES
     extern __shared__ __align__(16) unsigned char i8_smem[];
     Smem& sh = *reinterpret_cast<Smem*>(i8_smem);
     Setup& su = *reinterpret_cast<Setup*>(&sh.dith[0][0][0]);
-    // with the exact tier, the partial Σ|q_c||k_c| of exact-tier tokens: [buffer][warp][head][token];
+    // with the exact tier, the partial Σ|q_c||k_c| of exact-tier tokens: [warp][head][token];
     // with a Tier-A term, the staged K witness rows [buffer][warp][token][band], the band
     // coefficients [head][band] and the evaluation term's per-group coefficients [head][group]
     float* xa = reinterpret_cast<float*>(i8_smem + sizeof(Smem));
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(D / 2, (PAGES || EXACT ? I8_WARPS_PER_SM_PAGES
     // a launch-layer bug, never a result: too little shared memory, pages other than 16 tokens, a
     // band count the witness staging does not serve
     if (dynamic_smem_bytes() < sizeof(Smem) + (EXACT ? I8_EXACT_SMEM(D) : 0) + (TA ? I8_TIER_A_SMEM(D, NB) : 0) ||
-        (PAGES && page_shift != 4) || (TA && (NB < 8 || NB > 64 || NB % 8 != 0)))
+        ((PAGES || EXACT) && page_shift != 4) || (TA && (NB < 8 || NB > 64 || NB % 8 != 0)))
         __trap();
 
     griddep_wait();  // before the first global access (griddep.cuh)
@@ -437,10 +437,20 @@ __global__ void __launch_bounds__(D / 2, (PAGES || EXACT ? I8_WARPS_PER_SM_PAGES
                     inner[i] = gg == 0 ? __fmul_rn(sg, z) : __fmaf_rn(sg, z, inner[i]);
                 }
             }
-            if constexpr (EXACT) {
-                if ((em >> (8 * n)) & 0xFFu) {  // (warp-uniform) exact-tier tokens in this block: their
-                    // partial dot product over the warp's 64 channels, one fp32 chain in channel order
-                    // (certificate.FORM_I_EXACT_ORDER), and Σ|q_c||k_c| beside it
+            *reinterpret_cast<float2*>(&sh.xp[buf][w][g][8 * n + 2 * t]) = make_float2(inner[0], inner[1]);
+        }
+        if constexpr (EXACT) {
+            if (em) {  // (CTA-uniform: every warp stages the same tokens) the tile's exact-tier tokens:
+                // their partial dot products over the warp's 64 channels, one fp32 chain in channel
+                // order (certificate.FORM_I_EXACT_ORDER), in place of the integer products' partial
+                // logits, and Σ|q_c||k_c| beside them.  Apart from the loop above, whose blocks' products
+                // ptxas then interleaves freely.  The barrier: every warp has read the previous exact
+                // tile's sums (one buffer of them: 6 CTAs per SM at d = 128 instead of 5)
+                __syncthreads();
+                const float* qg_ = q + ((i64)b * Hq + h * G + (g < G ? g : 0)) * D + I8_WARP_CH * w;
+#pragma unroll 1
+                for (int n = 0; n < 4; ++n) {
+                    if (!((em >> (8 * n)) & 0xFFu)) continue;
                     float ap[2] = {0.0f, 0.0f};
 #pragma unroll
                     for (int i = 0; i < 2; ++i) {
@@ -449,7 +459,6 @@ __global__ void __launch_bounds__(D / 2, (PAGES || EXACT ? I8_WARPS_PER_SM_PAGES
                         const u32 so_ = __shfl_sync(0xffffffffu, slot, tk);
                         if (e >= 0) {
                             const u16* kr = tier_k + (((i64)e << page_shift) + (so_ & 15u)) * D + I8_WARP_CH * w;
-                            const float* qg_ = q + ((i64)b * Hq + h * G + (g < G ? g : 0)) * D + I8_WARP_CH * w;
                             float acc = 0.0f, aac = 0.0f;
 #pragma unroll 4
                             for (int c = 0; c < I8_WARP_CH; c += 4) {
@@ -463,14 +472,13 @@ __global__ void __launch_bounds__(D / 2, (PAGES || EXACT ? I8_WARPS_PER_SM_PAGES
                                 acc = __fadd_rn(acc, __fmul_rn(qv.z, x2)), aac = __fadd_rn(aac, __fmul_rn(fabsf(qv.z), fabsf(x2)));
                                 acc = __fadd_rn(acc, __fmul_rn(qv.w, x3)), aac = __fadd_rn(aac, __fmul_rn(fabsf(qv.w), fabsf(x3)));
                             }
-                            inner[i] = acc, ap[i] = aac;
+                            sh.xp[buf][w][g][tk] = acc, ap[i] = aac;
                         }
                     }
-                    *reinterpret_cast<float2*>(&xa[((buf * NW + w) * 8 + g) * I8_TILE + 8 * n + 2 * t]) =
+                    *reinterpret_cast<float2*>(&xa[(w * 8 + g) * I8_TILE + 8 * n + 2 * t]) =
                         make_float2(ap[0], ap[1]);
                 }
             }
-            *reinterpret_cast<float2*>(&sh.xp[buf][w][g][8 * n + 2 * t]) = make_float2(inner[0], inner[1]);
         }
         __syncthreads();  // every warp's partial logits
         // ℓ̃ = ((Σ_w part_w)·Fm)·P1·P2 with the warps' parts added pairwise (part₀ + part₁, and
@@ -523,119 +531,125 @@ __global__ void __launch_bounds__(D / 2, (PAGES || EXACT ? I8_WARPS_PER_SM_PAGES
         l = __fmaf_rn(l, alpha, psum);
         if constexpr (CERT) {  // the certificate's c_t (log2 units, with the slack), cmax and λ's sum: the
             // warp's NBW 8-token blocks, at most two (one 16-token page) under each new maximum
-            constexpr int NC = NBW < 2 ? NBW : 2;  // 8-token blocks per chunk
+            // (two instances: a tile without exact-tier tokens runs none of their code, warp-uniformly)
+            auto certify = [&](auto exact_tile) {
+                constexpr bool EX = decltype(exact_tile)::value;
+                constexpr int NC = NBW < 2 ? NBW : 2;  // 8-token blocks per chunk
 #pragma unroll
-            for (int pp = 0; pp < NBW / NC; ++pp) {
-                float x[NC][2], lw[NC][2];
-                float mx2 = -INFINITY;
+                for (int pp = 0; pp < NBW / NC; ++pp) {
+                    float x[NC][2], lw[NC][2];
+                    float mx2 = -INFINITY;
 #pragma unroll
-                for (int nn = 0; nn < NC; ++nn)
+                    for (int nn = 0; nn < NC; ++nn)
 #pragma unroll
-                    for (int i = 0; i < 2; ++i) {
-                        const int n = NBW * w + NC * pp + nn, tk = 8 * n + 2 * t + i;
-                        float u2 = 0.0f, be = 0.0f, ge = 0.0f;
+                        for (int i = 0; i < 2; ++i) {
+                            const int n = NBW * w + NC * pp + nn, tk = 8 * n + 2 * t + i;
+                            [[maybe_unused]] float u2 = 0.0f, be = 0.0f, ge = 0.0f;  // (per tier)
 #pragma unroll
-                        for (int gp = 0; gp < NG / 2; ++gp) {  // two groups a word; Tier B's a1, a2
-                            const u32 kw = *reinterpret_cast<const u32*>(&sh.ks[buf][w][tk][2 * gp]);
+                            for (int gp = 0; gp < NG / 2; ++gp) {  // two groups a word; Tier B's a1, a2
+                                const u32 kw = *reinterpret_cast<const u32*>(&sh.ks[buf][w][tk][2 * gp]);
 #pragma unroll
-                            for (int hh = 0; hh < 2; ++hh) {
-                                const float2 cq = i8_coef_pair<NG == 8>(&sh.cf[g][2 * gp + hh].z);
-                                const float s1 = f16_to_f32((u16)(kw >> (16 * hh)));
-                                if constexpr (TB) u2 += __fmul_rn(s1, s1) * cq.y, be += s1 * cq.x;
-                                if constexpr (TA) ge += s1 * gqk[g * NG + 2 * gp + hh];
+                                for (int hh = 0; hh < 2; ++hh) {
+                                    const float2 cq = i8_coef_pair<NG == 8>(&sh.cf[g][2 * gp + hh].z);
+                                    const float s1 = f16_to_f32((u16)(kw >> (16 * hh)));
+                                    if constexpr (TB) u2 += __fmul_rn(s1, s1) * cq.y, be += s1 * cq.x;
+                                    if constexpr (TA) ge += s1 * gqk[g * NG + 2 * gp + hh];
+                                }
                             }
-                        }
-                        float u = 0.0f;
-                        if constexpr (TB) asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(u) : "f"(u2));
-                        const bool v = (vm >> tk) & 1u;
-                        float c2 = u + be;  // (without a Tier-A term be carries γ_t)
-                        if constexpr (TA) {  // c^A = Σ_b a_b·w_{t,b} in band order; c_t = min(c^A, c^B) + γ_t
-                            const u16* wr = &wit_s[((buf * NW + w) * I8_TILE + tk) * NB];
-                            const float* ab = &a_band[g * NB];
-                            float ca = 0.0f;
+                            float u = 0.0f;
+                            if constexpr (TB) asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(u) : "f"(u2));
+                            const bool v = (vm >> tk) & 1u;
+                            float c2 = u + be;  // (without a Tier-A term be carries γ_t)
+                            if constexpr (TA) {  // c^A = Σ_b a_b·w_{t,b} in band order; c_t = min(c^A, c^B) + γ_t
+                                const u16* wr = &wit_s[((buf * NW + w) * I8_TILE + tk) * NB];
+                                const float* ab = &a_band[g * NB];
+                                float ca = 0.0f;
 #pragma unroll 2
-                            for (int bb = 0; bb < NB; bb += 2) {
-                                const u32 wv = *reinterpret_cast<const u32*>(wr + bb);
-                                ca += ab[bb] * f16_to_f32((u16)wv);
-                                ca += ab[bb + 1] * f16_to_f32((u16)(wv >> 16));
+                                for (int bb = 0; bb < NB; bb += 2) {
+                                    const u32 wv = *reinterpret_cast<const u32*>(wr + bb);
+                                    ca += ab[bb] * f16_to_f32((u16)wv);
+                                    ca += ab[bb + 1] * f16_to_f32((u16)(wv >> 16));
+                                }
+                                ca = ca <= WC_F32_MAX ? ca : INFINITY;  // (NaN: +inf)
+                                c2 = (TB ? fminf(ca, c2) : ca) + ge;
+                                if (v) gmx = fmaxf(gmx, ge);
                             }
-                            ca = ca <= WC_F32_MAX ? ca : INFINITY;  // (NaN: +inf)
-                            c2 = (TB ? fminf(ca, c2) : ca) + ge;
-                            if (v) gmx = fmaxf(gmx, ge);
-                        }
-                        if constexpr (EXACT) {
-                            if ((em >> tk) & 1u) {  // c_t = γ_t: Σ|q_c||k_c| over every warp's channels
-                                float ad[NW];
+                            if constexpr (EX) {
+                                if ((em >> tk) & 1u) {  // c_t = γ_t: Σ|q_c||k_c| over every warp's channels
+                                    float ad[NW];
 #pragma unroll
-                                for (int ww = 0; ww < NW; ++ww) ad[ww] = xa[((buf * NW + ww) * 8 + g) * I8_TILE + tk];
+                                    for (int ww = 0; ww < NW; ++ww) ad[ww] = xa[(ww * 8 + g) * I8_TILE + tk];
 #pragma unroll
-                                for (int span = 1; span < NW; span *= 2)
+                                    for (int span = 1; span < NW; span *= 2)
 #pragma unroll
-                                    for (int ww = 0; ww + span < NW; ww += 2 * span) ad[ww] = __fadd_ru(ad[ww], ad[ww + span]);
-                                c2 = __fmul_ru(GX, ad[0]);
-                                if (v) gmx = fmaxf(gmx, c2);
+                                        for (int ww = 0; ww + span < NW; ww += 2 * span) ad[ww] = __fadd_ru(ad[ww], ad[ww + span]);
+                                    c2 = __fmul_ru(GX, ad[0]);
+                                    if (v) gmx = fmaxf(gmx, c2);
+                                }
                             }
+                            if (v) cmx = fmaxf(cmx, c2);
+                            lw[nn][i] = lt[0][i];  // lt[n][i], n warp-dependent: selected, not indexed
+#pragma unroll
+                            for (int n2 = 1; n2 < 4; ++n2)
+                                if (n2 == n) lw[nn][i] = lt[n2][i];
+                            x[nn][i] = v ? lw[nn][i] + c2 : -INFINITY;
+                            mx2 = fmaxf(mx2, x[nn][i]);
                         }
-                        if (v) cmx = fmaxf(cmx, c2);
-                        lw[nn][i] = lt[0][i];  // lt[n][i], n warp-dependent: selected, not indexed
+                    const float mn2 = fmaxf(m2, mx2);
+                    if (mn2 != -INFINITY) {  // (an infinite c_t makes cmax infinite: the end reports λ = +inf)
+                        float add = 0.0f;
 #pragma unroll
-                        for (int n2 = 1; n2 < 4; ++n2)
-                            if (n2 == n) lw[nn][i] = lt[n2][i];
-                        x[nn][i] = v ? lw[nn][i] + c2 : -INFINITY;
-                        mx2 = fmaxf(mx2, x[nn][i]);
+                        for (int nn = 0; nn < NC; ++nn) add += exp2f(x[nn][0] - mn2) + exp2f(x[nn][1] - mn2);
+                        l2 = __fmaf_rn(l2, exp2f(m2 - mn2), add);
+                        m2 = mn2;
                     }
-                const float mn2 = fmaxf(m2, mx2);
-                if (mn2 != -INFINITY) {  // (an infinite c_t makes cmax infinite: the end reports λ = +inf)
-                    float add = 0.0f;
+                    if constexpr (PAGES) {  // this page's lse_j and λ_j over the quad's tokens,
+                        // natural-log units (SPEC §6; -inf for an empty sum, +inf for λ with an infinite
+                        // c_t or a head without a finite logit)
+                        static_assert(!PAGES || NC == 2, "a chunk is one page");
+                        float pmx = -INFINITY, pmx2 = -INFINITY;
+                        int pbad = 0;
 #pragma unroll
-                    for (int nn = 0; nn < NC; ++nn) add += exp2f(x[nn][0] - mn2) + exp2f(x[nn][1] - mn2);
-                    l2 = __fmaf_rn(l2, exp2f(m2 - mn2), add);
-                    m2 = mn2;
+                        for (int nn = 0; nn < NC; ++nn)
+#pragma unroll
+                            for (int i = 0; i < 2; ++i) {
+                                const bool v = (vm >> (8 * (NBW * w + NC * pp + nn) + 2 * t + i)) & 1u;
+                                if (v && !is_finite32(lw[nn][i])) pbad = 1;
+                                if (v) pmx = fmaxf(pmx, lw[nn][i]), pmx2 = fmaxf(pmx2, x[nn][i]);
+                            }
+                        pmx = fmaxf(pmx, __shfl_xor_sync(0xffffffffu, pmx, 1));
+                        pmx = fmaxf(pmx, __shfl_xor_sync(0xffffffffu, pmx, 2));
+                        pmx2 = fmaxf(pmx2, __shfl_xor_sync(0xffffffffu, pmx2, 1));
+                        pmx2 = fmaxf(pmx2, __shfl_xor_sync(0xffffffffu, pmx2, 2));
+                        float e = 0.0f, e2 = 0.0f;
+#pragma unroll
+                        for (int nn = 0; nn < NC; ++nn)
+#pragma unroll
+                            for (int i = 0; i < 2; ++i) {
+                                const bool v = (vm >> (8 * (NBW * w + NC * pp + nn) + 2 * t + i)) & 1u;
+                                if (v && is_finite32(lw[nn][i])) e += exp2f(lw[nn][i] - pmx), e2 += exp2f(x[nn][i] - pmx2);
+                            }
+#pragma unroll
+                        for (int off = 1; off <= 2; off <<= 1) {
+                            e += __shfl_xor_sync(0xffffffffu, e, off);
+                            e2 += __shfl_xor_sync(0xffffffffu, e2, off);
+                            pbad |= __shfl_xor_sync(0xffffffffu, pbad, off);
+                        }
+                        const int tp = (NBW * w + NC * pp) / 2;  // the tile's page
+                        const i64 pi = (t0 >> 4) + tp;
+                        if (t == 0 && g < G && ((vm >> (16 * tp)) & 1u) && pi < max_pages) {
+                            const i64 po = ((i64)b * Hq + h * G + g) * max_pages + pi;
+                            const bool qbad = hflags & 1;
+                            page_lse[po] = qbad || pmx == -INFINITY ? -INFINITY : pmx * WC_LN2 + logf(e);
+                            page_lam[po] = qbad || pbad || (hflags & 2) ? INFINITY
+                                                                        : (pmx2 == -INFINITY ? -INFINITY
+                                                                                             : pmx2 * WC_LN2 + logf(e2));
+                        }
+                    }
                 }
-                if constexpr (PAGES) {  // this page's lse_j and λ_j over the quad's tokens,
-                    // natural-log units (SPEC §6; -inf for an empty sum, +inf for λ with an infinite
-                    // c_t or a head without a finite logit)
-                    static_assert(!PAGES || NC == 2, "a chunk is one page");
-                    float pmx = -INFINITY, pmx2 = -INFINITY;
-                    int pbad = 0;
-#pragma unroll
-                    for (int nn = 0; nn < NC; ++nn)
-#pragma unroll
-                        for (int i = 0; i < 2; ++i) {
-                            const bool v = (vm >> (8 * (NBW * w + NC * pp + nn) + 2 * t + i)) & 1u;
-                            if (v && !is_finite32(lw[nn][i])) pbad = 1;
-                            if (v) pmx = fmaxf(pmx, lw[nn][i]), pmx2 = fmaxf(pmx2, x[nn][i]);
-                        }
-                    pmx = fmaxf(pmx, __shfl_xor_sync(0xffffffffu, pmx, 1));
-                    pmx = fmaxf(pmx, __shfl_xor_sync(0xffffffffu, pmx, 2));
-                    pmx2 = fmaxf(pmx2, __shfl_xor_sync(0xffffffffu, pmx2, 1));
-                    pmx2 = fmaxf(pmx2, __shfl_xor_sync(0xffffffffu, pmx2, 2));
-                    float e = 0.0f, e2 = 0.0f;
-#pragma unroll
-                    for (int nn = 0; nn < NC; ++nn)
-#pragma unroll
-                        for (int i = 0; i < 2; ++i) {
-                            const bool v = (vm >> (8 * (NBW * w + NC * pp + nn) + 2 * t + i)) & 1u;
-                            if (v && is_finite32(lw[nn][i])) e += exp2f(lw[nn][i] - pmx), e2 += exp2f(x[nn][i] - pmx2);
-                        }
-#pragma unroll
-                    for (int off = 1; off <= 2; off <<= 1) {
-                        e += __shfl_xor_sync(0xffffffffu, e, off);
-                        e2 += __shfl_xor_sync(0xffffffffu, e2, off);
-                        pbad |= __shfl_xor_sync(0xffffffffu, pbad, off);
-                    }
-                    const int tp = (NBW * w + NC * pp) / 2;  // the tile's page
-                    const i64 pi = (t0 >> 4) + tp;
-                    if (t == 0 && g < G && ((vm >> (16 * tp)) & 1u) && pi < max_pages) {
-                        const i64 po = ((i64)b * Hq + h * G + g) * max_pages + pi;
-                        const bool qbad = hflags & 1;
-                        page_lse[po] = qbad || pmx == -INFINITY ? -INFINITY : pmx * WC_LN2 + logf(e);
-                        page_lam[po] = qbad || pbad || (hflags & 2) ? INFINITY
-                                                                    : (pmx2 == -INFINITY ? -INFINITY
-                                                                                         : pmx2 * WC_LN2 + logf(e2));
-                    }
-                }
-            }
+            };
+            if (EXACT && em) certify(WcBool<EXACT>{});
+            else certify(WcBool<false>{});
         }
         // 4. V over the warp's two groups: P' = p̃·s per token and group, its digits, o += P'·V̂
 #pragma unroll
@@ -807,8 +821,8 @@ __global__ void __launch_bounds__(D / 2, (PAGES || EXACT ? I8_WARPS_PER_SM_PAGES
 }
 
 // Explicit instantiations of one head dim (the offline compile checks in tests/test_cuda_compile.py):
-// every G with and without a certificate, and where the layout serves them, with page contributions
-// and with page contributions over the exact tier (the gate's steps).
+// every G and tier, with and without the exact tier, and where the layout serves them, with page
+// contributions and with page contributions over the exact tier (the gate's steps).
 #define WC_I8_INST1(D, G, TIER, PAGES, EXACT)                                                                   \
     template __global__ void decode_stage1_i8<D, G, TIER, PAGES, EXACT>(                                       \
         const float*, const i8*, const u16*, const int*, const int*, const int*, float*, float*, float*, float*, \
@@ -819,6 +833,10 @@ __global__ void __launch_bounds__(D / 2, (PAGES || EXACT ? I8_WARPS_PER_SM_PAGES
     WC_I8_INST1(D, G, 1, false, false)  \
     WC_I8_INST1(D, G, 2, false, false)  \
     WC_I8_INST1(D, G, 3, false, false)  \
+    WC_I8_INST1(D, G, 0, false, true)   \
+    WC_I8_INST1(D, G, 1, false, true)   \
+    WC_I8_INST1(D, G, 2, false, true)   \
+    WC_I8_INST1(D, G, 3, false, true)   \
     WC_I8_INST_PAGES(D, G)
 #define WC_I8_INST(D)                                                                                  \
     WC_I8_INST_G(D, 1) WC_I8_INST_G(D, 2) WC_I8_INST_G(D, 3) WC_I8_INST_G(D, 4) WC_I8_INST_G(D, 5) \

@@ -32,9 +32,9 @@ struct I8Smem {
     uint2 qd2[NG][8][4];
     float lam[NW > 1 ? NW - 1 : 1][32][4];  // warps 1.. state per lane at the end: m2, l2, cmax, max γ_t
 };
-// with the exact tier, beyond I8Smem<D>: the partial Σ|q_c||k_c| of exact-tier tokens per buffer,
-// warp, head and token (floats)
-#define I8_EXACT_SMEM(D) (2 * ((D) / I8_WARP_CH) * 8 * I8_TILE * 4)
+// with the exact tier, beyond I8Smem<D>: the partial Σ|q_c||k_c| of exact-tier tokens per warp, head
+// and token (floats; one buffer, behind a CTA barrier in tiles that have such tokens)
+#define I8_EXACT_SMEM(D) (((D) / I8_WARP_CH) * 8 * I8_TILE * 4)
 // with a Tier-A term, beyond those: the staged K witness rows (fp16, NB bands, per buffer, warp and
 // token), the band coefficients (float, [8][NB]) and the evaluation term's per-group coefficients
 // (float, [8][D / 32])

@@ -44,9 +44,13 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
         return wc.KVPool(1, 2, 128, 64, 16, wc.QuantConfig(128), backend="cuda", keep_exact=True,
                          exact_tier_pages=12)
 
+    def int8_tier_wide():  # ... on 8 kv heads, plain steps: the exact tier on the form-(I) kernel
+        return wc.KVPool(1, 8, 128, 64, 16, wc.QuantConfig(128), backend="cuda", keep_exact=True,
+                         exact_tier_pages=12)
+
     # INT8 at each dither resolution and fp16 stores (witness rows of 32 and 4 bytes) take turns
     pools = [int8(8), fp16(16), int8(16), fp16(2), int8(24), int8_tier(), int8_plain(), int8_dim(64), int8_dim(256),
-             int8_gate(), int8_wit()]
+             int8_gate(), int8_wit(), int8_tier_wide()]
     n_good = n_bad = n_i8 = 0
     for it in range(iters):
         pool = pools[it % len(pools)]
@@ -86,9 +90,12 @@ def main(iters=int(sys.argv[1]) if len(sys.argv) > 1 else 60):
         ns = int(rng.integers(1, 9))
         args = dict(layer=0, kv_indptr=cp.asarray(indptr), kv_indices=cp.asarray(indices),
                     kv_last_page_len=cp.asarray(last), num_splits=ns)
-        # (the tier pool's steps also ask for page contributions, as the gate's do; the form-(I)
-        # pools' every other time, up to d = 128)
-        pages = pool.tier_map is not None or (plain and d <= 128 and it % 2 == 0)
+        # (the two-head tier pools' steps also ask for page contributions, as the gate's do; the
+        # form-(I) pools without a tier every other time, up to d = 128)
+        if pool.tier_map is not None:
+            pages = H == 2
+        else:
+            pages = plain and d <= 128 and it % 2 == 0
         r = wc.decode_attention(q, pool, cert=cert, page_contrib=pages, **args)
         n_i8 += r.dot_order is not None and r.dot_height is None  # (the form-(I) kernel's steps)
         o = r.o.get()

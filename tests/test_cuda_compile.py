@@ -32,14 +32,16 @@ def _entries_without_local_memory(log):
 
 
 def _assert_i8_instances(name, entries):
-    """decode_i8_d{D}.cu instantiated every (G, certified, page contributions) the library launches
+    """decode_i8_d{D}.cu instantiated every (G, tier, page contributions, exact tier) the library launches
     at its head dim (geometry.py: pages up to I8_PAGES_MAX_D)."""
     from witcert_cupy._cuda import geometry as geo
 
     d = int(re.fullmatch(r"decode_i8_d(\d+)\.cu", name).group(1))
     assert d in geo.I8_HEAD_DIMS
-    # (tier code, page contributions, exact tier): every tier; Tier B with pages, and over the exact tier
-    modes = [(0, 0, 0), (1, 0, 0), (2, 0, 0), (3, 0, 0)] + ([(2, 1, 0), (2, 1, 1)] if d <= geo.I8_PAGES_MAX_D else [])
+    # (tier code, page contributions, exact tier): every tier with and without the exact tier; Tier B
+    # with pages, and over the exact tier
+    modes = [(c, 0, x) for x in (0, 1) for c in range(4)] + \
+        ([(2, 1, 0), (2, 1, 1)] if d <= geo.I8_PAGES_MAX_D else [])
     for g in range(1, 9):
         for c, p, x in modes:
             assert any(f"decode_stage1_i8ILi{d}ELi{g}ELi{c}ELb{p}ELb{x}EEv" in e for e in entries), (d, g, c, p, x)

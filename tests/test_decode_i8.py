@@ -174,7 +174,7 @@ def _page_in_every(pool, indices, k):
 
 
 @pytest.mark.parametrize("d,exact,tier", [(64, False, "B"), (128, False, "B"), (256, False, "B"), (128, True, "B"),
-                                          (64, True, "B"), (128, False, "AB"), (256, False, "A")])
+                                          (64, True, "B"), (128, False, "AB"), (256, False, "A"), (128, True, "AB")])
 def test_cpu_twin_is_close_to_the_fp32_path(d, exact, tier):
     """Form (I) against the shipped fp32 path on ordinary inputs, at each head dim the kernel serves
     and with pages served from the exact tier: o and lse within fp32 noise, the certificate and the
@@ -239,10 +239,12 @@ def _gpu_pools(seed, **kw):
     (256, 2, 16, "B", False, False), (256, 8, 1, "B", False, False), (256, 7, 64, "B", False, False),
     (256, 3, 16, None, False, False),
     (128, 4, 16, "AB", False, False), (128, 7, 16, "A", False, False), (128, 8, 1, "AB", False, False),
-    (64, 3, 16, "AB", False, False), (256, 8, 16, "A", False, False)])
+    (64, 3, 16, "AB", False, False), (256, 8, 16, "A", False, False),
+    (128, 4, 16, "B", False, True), (128, 7, 16, "AB", False, True), (64, 3, 16, None, False, True),
+    (256, 8, 16, "B", False, True), (256, 2, 16, "A", False, True)])
 def test_i8_kernel_matches_its_cpu_twin(d, G, page, tier, pages, exact):
     """decode_stage1_i8 against the CPU backend in form (I), at each head dim, with and without page
-    contributions, and with pages served from the exact tier: a one-token request's lse is its logit
+    contributions, and with pages served from the exact tier (with page contributions or not): a one-token request's lse is its logit
     (the integer sums and their fp32 combination, value for value), every lse within fp32 noise, o by
     the flash-attention rule against an fp16 attention on the same values, the certificate the
     twin's and sound against the float64 TV, the page contributions the twin's (and the pages' lse_j

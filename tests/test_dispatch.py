@@ -27,7 +27,14 @@ TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
     ({"tier": TIER_A, "num_bands": 16, "page_outputs": True}, ("v2", False)),
     ({"outlier_channels": 4}, ("v2", False)),                     # outlier pairs, certified
     ({"outlier_channels": 4, "certified": False}, ("v2", False)),
-    ({"exact_tier": True}, ("v2", False)),                        # every pool the gate accepts
+    ({"exact_tier": True}, ("i8", False)),                        # every pool the gate accepts: form (I)
+    ({"exact_tier": True, "pairs": 8}, ("v2", False)),            # ... by the measured rule at d = 128
+    ({"exact_tier": True, "page_size": 1}, ("v2", False)),        # ... on 16-token pages
+    ({"exact_tier": True, "tier": TIER_A | 2, "num_bands": 16, "G": 7}, ("i8", False)),  # with Tier A:
+    ({"exact_tier": True, "tier": TIER_A | 2, "num_bands": 16, "G": 4}, ("v2", False)),  # wide groups only
+    ({"exact_tier": True, "G": 4}, ("i8", False)),
+    ({"exact_tier": True, "head_dim": 256, "pairs": 2}, ("i8", False)),
+    ({"exact_tier": True, "head_dim": 256, "page_size": 1}, ("v1", False)),
     ({"exact_tier": True, "page_outputs": True}, ("i8", False)),  # ... and the gate's steps on it
     ({"exact_tier": True, "page_outputs": True, "head_dim": 64, "pairs": 2}, ("i8", False)),
     ({"exact_tier": True, "page_outputs": True, "head_dim": 256}, ("v1", False)),
@@ -59,7 +66,8 @@ def test_a_forced_kernel_is_used_where_it_applies_and_refused_where_not():
     assert select_stage1(**BASE, requested="v1") == ("v1", True)
     assert select_stage1(**BASE, requested="v2") == ("v2", True)
     assert select_stage1(**BASE, requested="i8") == ("i8", True)
-    for change in ({"bits": 16}, {"tier": TIER_A}, {"outlier_channels": 4}, {"group_size": 64}, {"exact_tier": True},
+    for change in ({"bits": 16}, {"tier": TIER_A}, {"outlier_channels": 4}, {"group_size": 64},
+                   {"exact_tier": True, "page_size": 64},
                    {"page_outputs": True, "page_size": 1}, {"page_outputs": True, "certified": False},
                    {"page_outputs": True, "head_dim": 256}, {"head_dim": 96}, {"unroll": 4}):
         with pytest.raises(ValueError, match="decode_stage1_i8 serves"):

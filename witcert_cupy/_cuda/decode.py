@@ -57,8 +57,8 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     (str, bool)
         ``'i8'`` (``decode_stage1_i8``: SPEC §6 form (I), INT8 pools at 8-bit dither with 32-channel
         groups, d 64, 128 or 256, no outlier channels, any tier (Tier A over 8–64 bands, a multiple
-        of 8); with Tier B alone page contributions on 16-token pages up to d = 128, and with them
-        an exact tier), ``'f16'`` (``decode_stage1_f16``: fp16 stores), ``'v2'`` (``decode_stage1_v2``:
+        of 8), an exact tier on 16-token pages; with Tier B alone page contributions on 16-token
+        pages up to d = 128), ``'f16'`` (``decode_stage1_f16``: fp16 stores), ``'v2'`` (``decode_stage1_v2``:
         INT8 pools) or ``'v1'`` (``decode_stage1``, which serves everything), and whether the PLAIN
         layout (INT8, Tier B or no certificate, no outlier channels, 32-channel groups, no exact
         tier, no page contributions) applies.
@@ -83,18 +83,19 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
              and not exact_tier and not page_outputs)
     f16_ok = fp16_store and layout_ok and not exact_tier and not page_outputs and num_bands <= 64
     # the form-(I) kernel (decode_i8.cuh): 8-bit dither, 32-channel groups, no outlier channels; a
-    # Tier-A term over 8–64 witness bands (multiples of 8); with Tier B alone page contributions of a
-    # certified step on 16-token pages up to d = 128, and with them the exact tier (the gate's steps)
+    # Tier-A term over 8–64 witness bands (multiples of 8); the exact tier on 16-token pages; with
+    # Tier B alone page contributions of a certified step on 16-token pages up to d = 128 (over the
+    # exact tier: the gate's steps)
     i8_pages = (certified and not tier & 1 and page_size == geo.I8_PAGES_PAGE_SIZE
                 and head_dim <= geo.I8_PAGES_MAX_D)
     i8_ok = (not fp16_store and bits == 8 and outlier_channels == 0 and group_size == V2_PLAIN_GROUP_SIZE
              and unroll == 0 and head_dim in geo.I8_HEAD_DIMS and (not tier & 1 or num_bands in geo.I8_TIER_A_BANDS)
-             and (not page_outputs or i8_pages) and (not exact_tier or (page_outputs and i8_pages)))
+             and (not page_outputs or i8_pages) and (not exact_tier or page_size == geo.I8_EXACT_PAGE_SIZE))
     if requested == "i8" and not i8_ok:
         raise ValueError("decode_stage1_i8 serves INT8 pools at 8-bit dither with 32-channel groups and d 64, 128 or "
                          "256, no outlier channels, a Tier-A term over 8 to 64 witness bands (a multiple of 8), "
-                         "page contributions of Tier-B steps on 16-token pages up to d=128, and an exact tier with "
-                         "those page contributions")
+                         "an exact tier on 16-token pages, and page contributions of Tier-B steps on 16-token "
+                         "pages up to d=128")
     if requested == "v2" and not v2_ok:
         raise ValueError("decode_stage1_v2 serves d=128 INT8 pools, and page contributions only of certified "
                          "steps on pages of at most 32 tokens")
@@ -108,7 +109,7 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     # with a Tier-A term): the measured rule; elsewhere form (I) (page contributions: the staged
     # tile's general layout or the general kernel, both slower in every measured shape,
     # docs/performance.md)
-    if i8_ok and (not (v2_ok and not page_outputs) or geo.i8_serves(G, pairs, tokens)):
+    if i8_ok and (not (v2_ok and not page_outputs) or geo.i8_serves(G, pairs, tokens, exact_tier and bool(tier & 1))):
         return "i8", plain
     if v2_ok:
         return "v2", plain

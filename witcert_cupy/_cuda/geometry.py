@@ -97,13 +97,15 @@ def stage1_dot_height(kernel: str, head_dim: int, G: int, *, split: bool, plain:
 # decode_stage1_i8 (cuda/decode_i8.cuh): one warp per I8_WARP_CH channels (the kernel's I8_WARP_CH:
 # tests/test_cuda_compile.py checks the two agree), head dims I8_HEAD_DIMS, page contributions on
 # pages of I8_PAGES_PAGE_SIZE tokens up to I8_PAGES_MAX_D (a warp's certified blocks are whole
-# pages), and with them the exact tier (the gate's steps); its default split count fills one wave
+# pages), the exact tier on pools of I8_EXACT_PAGE_SIZE-token pages (a tier row is the slot's low four
+# bits within its page); its default split count fills one wave
 # of its resident CTAs with splits of at least one 32-token tile, at most I8_MAX_SPLITS
 # (decode_merge's prefetch holds 128)
 I8_WARP_CH = 64
 I8_HEAD_DIMS = (64, 128, 256)
 I8_PAGES_PAGE_SIZE = 16
 I8_PAGES_MAX_D = 128
+I8_EXACT_PAGE_SIZE = 16
 # its Tier-A term stages each token's witness row in 16-byte pieces: 8 to 64 bands, a multiple of 8
 I8_TIER_A_BANDS = (8, 16, 24, 32, 40, 48, 56, 64)
 I8_MAX_SPLITS = 128
@@ -119,6 +121,12 @@ I8_MIN_PAIRS = 16
 I8_MIN_G = 3
 I8_WIDE_G = 7  # from here at any context; below it from I8_LONG_TOKENS tokens per request
 I8_LONG_TOKENS = 16384
+# With an exact tier (1% of pages, measured the same way, certified µs i8 / v2) the rule stands for
+# Tier B: B = 8, 32k: 32/8 477 / 565, 28/4 250 / 388; B = 2, 32/8, 32k 136 / 160; B = 4, 28/4, 4k
+# 44.9 / 52.4; B = 2, 32/8, 4k 43.5 / 40.1; B = 1, 32/8, 4k 38.2 / 29.7.  With a Tier-A term as well
+# (AB, 16 bands) form (I) pays the tier's fp32 products and the witness's band sums in one pass and
+# wins only from I8_WIDE_G heads per kv head: B = 8, 32k: 32/8 697 / 648, 28/4 369 / 412; B = 2,
+# 32/8, 32k 192 / 180; B = 4, 28/4, 4k 55.2 / 55.9.
 
 
 def i8_threads(head_dim):
@@ -134,20 +142,22 @@ def i8_smem_bytes(head_dim, exact=False, num_bands=0):
     tokens) and one tile of dither fields per side, K scales of every group and V scales of its two
     per token and buffer, and the partial logits of 8 heads per buffer; per head and group the
     constants (16 bytes) and the query digits (24 bytes); the end's exchange of the warps after the
-    first (4 floats a lane); with the exact tier, a partial Σ|q||k| per warp, head and token of each
-    buffer; with Tier A, each warp's staged witness rows per buffer, and per head the band
+    first (4 floats a lane); with the exact tier, a partial Σ|q||k| per warp, head and token; with
+    Tier A, each warp's staged witness rows per buffer, and per head the band
     coefficients and the evaluation term's per-group coefficients."""
     nw, ng = head_dim // I8_WARP_CH, head_dim // 32
     per_warp = 2 * 2 * 32 * 64 + 2 * 32 * 64 + 2 * 32 * ng * 2 + 2 * 32 * 2 * 2 + 2 * 8 * 32 * 4
     base = nw * per_warp + 8 * ng * (16 + 4 * 16 + 4 * 8) + max(nw - 1, 1) * 32 * 4 * 4
     tier_a = 2 * nw * 32 * num_bands * 2 + 8 * num_bands * 4 + 8 * ng * 4 if num_bands else 0
-    return base + (2 * nw * 8 * 32 * 4 if exact else 0) + tier_a
+    return base + (nw * 8 * 32 * 4 if exact else 0) + tier_a
 
 
-def i8_serves(G, pairs, tokens):
+def i8_serves(G, pairs, tokens, exact_tier_a=False):
     """Whether the form-(I) kernel is the library's choice for a step it can serve: ``G`` query
-    heads per kv head, ``pairs`` (request, kv head) pairs, ``tokens`` the mean request's tokens."""
-    return pairs >= I8_MIN_PAIRS and G >= I8_MIN_G and (G >= I8_WIDE_G or tokens >= I8_LONG_TOKENS)
+    heads per kv head, ``pairs`` (request, kv head) pairs, ``tokens`` the mean request's tokens,
+    ``exact_tier_a`` a pool with an exact tier under a certificate with a Tier-A term."""
+    long_enough = tokens >= I8_LONG_TOKENS and not exact_tier_a
+    return pairs >= I8_MIN_PAIRS and G >= I8_MIN_G and (G >= I8_WIDE_G or long_enough)
 
 # one-warp pipelines (splits) per CTA of decode_stage1_f16: F16_PIPES of
 # cuda/decode_f16_geometry.cuh (tests/test_cuda_compile.py checks the two agree)
