@@ -619,10 +619,12 @@ def config_sweep(args):
 
 
 def write_rows_json(out_dir, stem, rows):
-    """A side sweep's rows as ``<out_dir>/<stem>.json`` (each run replaces the last)."""
+    """A side sweep's rows as ``<out_dir>/<stem>.json`` (each run replaces the last), each row naming
+    the GPU it ran on (ratios to SDPA differ between cards whose bandwidth differs)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
+    gpu = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
+    (out / f"{stem}.json").write_text(json.dumps([dict(r, gpu=gpu) for r in rows], indent=1))
 
 
 def sweep(args):
