@@ -31,7 +31,7 @@
 //      (ldmatrix.trans, the bytes regrouped by prmt) give R0 = Σ b0·k, R1 = Σ b1·k + Σ b0·j',
 //      R2 = Σ b2·k + Σ b1·j' exactly; o += (2^8·(256·R0 + R1) + R2)/σ, and −(255/512)·ΣP' per
 //      group at the end.
-// Exact-tier tokens (EXACT: a tile whose pages the tier serves, a warp-uniform branch): their logits
+// Exact-tier tokens (EXACT: a tile whose pages the tier serves, CTA-uniform passes): their logits
 // as fp32 dot products of the query with the tier's fp16 rows (a chain over each warp's 64
 // channels, the warps' sums added pairwise, times fl(sm·log2 e)), c_t = γ_t of that order
 // (certificate.FORM_I_EXACT_ORDER, docs/certificate.md §10.1), their values p̃·v in fp32 beside the
