@@ -32,8 +32,8 @@
 //      R2 = Σ b2·k + Σ b1·j' exactly; o += (2^8·(256·R0 + R1) + R2)/σ, and −(255/512)·ΣP' per
 //      group at the end.
 // Exact-tier tokens (EXACT: a tile whose pages the tier serves, CTA-uniform passes): their logits
-// as fp32 dot products of the query with the tier's fp16 rows (16-channel chains added pairwise
-// over the head, times fl(sm·log2 e)), c_t = γ_t of that order
+// as fp32 dot products of the query with the tier's fp16 rows (a chain over each warp's 64
+// channels, the warps' sums added pairwise, times fl(sm·log2 e)), c_t = γ_t of that order
 // (certificate.FORM_I_EXACT_ORDER, docs/certificate.md §10.1), their values p̃·v in fp32 beside the
 // integer products (which see p̃·s = 0 for them).
 // The values are held to SPEC §9's flash-attention rule (V does not enter the certificate); the
@@ -441,61 +441,42 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
         }
         if constexpr (EXACT) {
             if (em) {  // (CTA-uniform: every warp stages the same tokens) the tile's exact-tier tokens:
-                // fp32 dot products in place of the integer products' partial logits, and Σ|q_c||k_c|
-                // beside them.  Thread (g, t) chains head g's 16 channels 64w + 16t .. + 15 in order,
-                // the quad's four chains are added pairwise (a butterfly: (c0 + c1) + (c2 + c3) in every
-                // lane), the warps' sums pairwise after the barrier below: 16-channel chains added
-                // pairwise over the head (certificate.FORM_I_EXACT_ORDER, the CPU's own order).  Each
-                // batch of I8_EXACT_BATCH tokens issues its rows' loads together: a short split waits
-                // on a few round trips per tile, not one per token and channel quarter.  Apart from the
-                // loop above, whose blocks' products ptxas then interleaves freely; the barrier: every
-                // warp has read the previous exact tile's sums (one buffer of them)
+                // their partial dot products over the warp's 64 channels, one fp32 chain in channel
+                // order (certificate.FORM_I_EXACT_ORDER), in place of the integer products' partial
+                // logits, and Σ|q_c||k_c| beside them.  Apart from the loop above, whose blocks' products
+                // ptxas then interleaves freely.  The barrier: every warp has read the previous exact
+                // tile's sums (one buffer of them: 6 CTAs per SM at d = 128 instead of 5)
                 __syncthreads();
-                const float* qc = q + ((i64)b * Hq + h * G + (g < G ? g : 0)) * D + I8_WARP_CH * w + 16 * t;
-                float qv[16];
-#pragma unroll
-                for (int c = 0; c < 16; c += 4) *reinterpret_cast<float4*>(&qv[c]) = *reinterpret_cast<const float4*>(qc + c);
+                const float* qg_ = q + ((i64)b * Hq + h * G + (g < G ? g : 0)) * D + I8_WARP_CH * w;
 #pragma unroll 1
                 for (int n = 0; n < 4; ++n) {
                     if (!((em >> (8 * n)) & 0xFFu)) continue;
+                    float ap[2] = {0.0f, 0.0f};
 #pragma unroll
-                    for (int jb = 0; jb < 8; jb += I8_EXACT_BATCH) {
-                        uint4 kv[I8_EXACT_BATCH][2];
-                        int ev[I8_EXACT_BATCH];
-#pragma unroll
-                        for (int j = 0; j < I8_EXACT_BATCH; ++j) {  // (e and the slot: warp-uniform)
-                            const int tk = 8 * n + jb + j;
-                            ev[j] = __shfl_sync(0xffffffffu, te, tk);
-                            const u32 so_ = __shfl_sync(0xffffffffu, slot, tk);
-                            kv[j][0] = kv[j][1] = make_uint4(0u, 0u, 0u, 0u);
-                            if (ev[j] >= 0) {
-                                const uint4* kr = reinterpret_cast<const uint4*>(
-                                    tier_k + (((i64)ev[j] << page_shift) + (so_ & 15u)) * D + I8_WARP_CH * w + 16 * t);
-                                kv[j][0] = kr[0], kv[j][1] = kr[1];
-                            }
-                        }
-#pragma unroll
-                        for (int j = 0; j < I8_EXACT_BATCH; ++j) {
-                            if (ev[j] < 0) continue;
-                            const u32 kw[8] = {kv[j][0].x, kv[j][0].y, kv[j][0].z, kv[j][0].w,
-                                               kv[j][1].x, kv[j][1].y, kv[j][1].z, kv[j][1].w};
+                    for (int i = 0; i < 2; ++i) {
+                        const int tk = 8 * n + 2 * t + i;
+                        const int e = __shfl_sync(0xffffffffu, te, tk);
+                        const u32 so_ = __shfl_sync(0xffffffffu, slot, tk);
+                        if (e >= 0) {
+                            const u16* kr = tier_k + (((i64)e << page_shift) + (so_ & 15u)) * D + I8_WARP_CH * w;
                             float acc = 0.0f, aac = 0.0f;
-#pragma unroll
-                            for (int c = 0; c < 16; ++c) {
-                                const float x = f16_to_f32((u16)(kw[c / 2] >> (16 * (c % 2))));
+#pragma unroll 4
+                            for (int c = 0; c < I8_WARP_CH; c += 4) {
+                                const float4 qv = *reinterpret_cast<const float4*>(qg_ + c);
+                                const uint2 kw = *reinterpret_cast<const uint2*>(kr + c);
+                                const float x0 = f16_to_f32((u16)kw.x), x1 = f16_to_f32((u16)(kw.x >> 16));
+                                const float x2 = f16_to_f32((u16)kw.y), x3 = f16_to_f32((u16)(kw.y >> 16));
                                 // (products and sums each rounded, as the twin's blocked_dot: no contraction)
-                                acc = __fadd_rn(acc, __fmul_rn(qv[c], x));
-                                aac = __fadd_rn(aac, __fmul_rn(fabsf(qv[c]), fabsf(x)));
+                                acc = __fadd_rn(acc, __fmul_rn(qv.x, x0)), aac = __fadd_rn(aac, __fmul_rn(fabsf(qv.x), fabsf(x0)));
+                                acc = __fadd_rn(acc, __fmul_rn(qv.y, x1)), aac = __fadd_rn(aac, __fmul_rn(fabsf(qv.y), fabsf(x1)));
+                                acc = __fadd_rn(acc, __fmul_rn(qv.z, x2)), aac = __fadd_rn(aac, __fmul_rn(fabsf(qv.z), fabsf(x2)));
+                                acc = __fadd_rn(acc, __fmul_rn(qv.w, x3)), aac = __fadd_rn(aac, __fmul_rn(fabsf(qv.w), fabsf(x3)));
                             }
-#pragma unroll
-                            for (int off = 1; off <= 2; off <<= 1) {
-                                acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, off));
-                                aac = __fadd_rn(aac, __shfl_xor_sync(0xffffffffu, aac, off));
-                            }
-                            const int tk = 8 * n + jb + j;
-                            if (t == 0) sh.xp[buf][w][g][tk] = acc, xa[(w * 8 + g) * I8_TILE + tk] = aac;
+                            sh.xp[buf][w][g][tk] = acc, ap[i] = aac;
                         }
                     }
+                    *reinterpret_cast<float2*>(&xa[(w * 8 + g) * I8_TILE + 8 * n + 2 * t]) =
+                        make_float2(ap[0], ap[1]);
                 }
             }
         }

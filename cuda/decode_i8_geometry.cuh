@@ -35,9 +35,6 @@ struct I8Smem {
 // with the exact tier, beyond I8Smem<D>: the partial Σ|q_c||k_c| of exact-tier tokens per warp, head
 // and token (floats; one buffer, behind a CTA barrier in tiles that have such tokens)
 #define I8_EXACT_SMEM(D) (((D) / I8_WARP_CH) * 8 * I8_TILE * 4)
-// exact-tier tokens whose K rows one batch of the exact pass loads together (two 16-byte loads a
-// token and thread: 8 registers each)
-#define I8_EXACT_BATCH 4
 // with a Tier-A term, beyond those: the staged K witness rows (fp16, NB bands, per buffer, warp and
 // token), the band coefficients (float, [8][NB]) and the evaluation term's per-group coefficients
 // (float, [8][D / 32])

@@ -216,16 +216,14 @@ def test_dot_heights_are_the_kernels_summation_orders():
     src = (_cuda.kernel_dir() / "decode_f16.cu").read_text()
     assert "constexpr int CH = D;" in src and "dot[g] = keep + __shfl_xor_sync(FULL, give, 16);" in src
     assert geo.F16_HALF == 128 // 2 and geo.stage1_dot_height("f16", 128, 4, split=False) == 65
-    # decode_stage1_i8's exact-tier tokens: a thread's 16-channel chain, the quad's four chains and
-    # the warps' parts pairwise
+    # decode_stage1_i8's exact-tier tokens: a chain over the warp's channels, the warps' parts pairwise
     from witcert_cupy import certificate
 
     src = (_cuda.kernel_dir() / "decode_i8.cuh").read_text()
-    assert certificate.FORM_I_EXACT_ORDER == (16, "tree") and geo.I8_WARP_CH == 4 * 16
-    assert "for (int c = 0; c < 16; ++c) {" in src and "acc = __fadd_rn(acc, __fmul_rn(qv[c], x));" in src
-    assert "acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, off));" in src
+    assert certificate.FORM_I_EXACT_ORDER == (geo.I8_WARP_CH, "tree")
+    assert "for (int c = 0; c < I8_WARP_CH; c += 4) {" in src and "acc = __fadd_rn(acc, __fmul_rn(qv.x, x0))" in src
     assert "ad[ww] = __fadd_ru(ad[ww], ad[ww + span]);" in src and "lt[n][0] = __fmul_rn(pw[0].x, SL);" in src
-    assert [certificate.sum_height(d, *certificate.FORM_I_EXACT_ORDER) for d in (64, 128, 256)] == [18, 19, 20]
+    assert [certificate.sum_height(d, *certificate.FORM_I_EXACT_ORDER) for d in (64, 128, 256)] == [64, 65, 66]
 
 
 def _host_program_lines(name, tmp_path):

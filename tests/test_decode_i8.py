@@ -196,7 +196,7 @@ def test_cpu_twin_is_close_to_the_fp32_path(d, exact, tier):
     np.testing.assert_allclose(i.o, f.o, rtol=0, atol=2e-6 * np.abs(f.o).max())
     np.testing.assert_allclose(i.lse, f.lse, rtol=1e-6, atol=1e-5)
     # (request 2's one token is on an exact page: its c_t is γ_t alone, whose height is form (I)'s
-    # exact-tier order's against the CPU order's: the same order today, a ratio of 1)
+    # exact-tier order's, a 64-channel chain and the warps' pairwise sum, against the CPU order's)
     mixed = slice(0, 2) if exact else slice(None)
     np.testing.assert_allclose(i.cmax[mixed], f.cmax[mixed], rtol=1e-3)
     np.testing.assert_allclose(i.tv_bound[mixed], f.tv_bound[mixed], rtol=2e-3, atol=1e-4 if exact else 0)

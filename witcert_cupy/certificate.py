@@ -63,8 +63,8 @@ def f32_up(x: float) -> np.float32:
 # ``dot_order`` says so, and its evaluation term is :func:`form_i_gamma`'s, not a dot product's height.
 FORM_I_ORDER = (0, "int")
 # ... and of an exact-tier token's fp32 dot product in that kernel (its values are fp16, not stored
-# integers): 16-channel chains added pairwise over the head (a quad's four per warp, then the warps')
-FORM_I_EXACT_ORDER = (16, "tree")
+# integers): a chain over each warp's 64 channels, the warps' sums added pairwise
+FORM_I_EXACT_ORDER = (64, "tree")
 
 
 def form_i_gamma() -> np.float32:
