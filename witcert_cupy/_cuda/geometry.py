@@ -121,7 +121,8 @@ I8_MIN_PAIRS = 16
 I8_MIN_G = 3
 I8_WIDE_G = 7  # from here at any context; below it from I8_LONG_TOKENS tokens per request
 I8_LONG_TOKENS = 16384
-# With an exact tier (1% of pages, measured the same way, certified µs i8 / v2) the rule stands for
+# With an exact tier (1% of pages; H200, both kernels forced in one process per tree beside SDPA,
+# certified µs i8 / v2, docs/performance.md) the rule stands for
 # Tier B: B = 8, 32k: 32/8 477 / 565, 28/4 250 / 388; B = 2, 32/8, 32k 136 / 160; B = 4, 28/4, 4k
 # 44.9 / 52.4; B = 2, 32/8, 4k 43.5 / 40.1; B = 1, 32/8, 4k 38.2 / 29.7.  With a Tier-A term as well
 # (AB, 16 bands) form (I) pays the tier's fp32 products and the witness's band sums in one pass and
