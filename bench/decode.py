@@ -527,7 +527,8 @@ def config_sweep(args):
     """The configuration axis, side by side in one process per shape: torch SDPA fp16, FlashInfer's
     fp16 and fp8 tensor-core decode (when importable), and our decode in every configuration of
     :data:`CONFIGS`, plus the fp16 store; then head dims 64 and 256, page 1 and the GQA group sizes
-    G in {1, 2, 4, 7, 8} (certified Tier B, 8-bit).  Writes ``decode-configs.json``."""
+    G in {1, 2, 4, 7, 8} (certified Tier B, 8-bit).  Writes ``decode-configs.json`` and its picture,
+    ``decode-configs.png`` (``plot_configs.py``, which also redraws it from the JSON)."""
     import torch
 
     l2 = l2_bytes()
@@ -612,6 +613,9 @@ def config_sweep(args):
                  **shape1)
         cp.get_default_memory_pool().free_all_blocks()
     write_rows_json(args.out, "decode-configs", rows)
+    from plot_configs import plot_configs
+
+    plot_configs(json.loads((Path(args.out) / "decode-configs.json").read_text()), Path(args.out) / "decode-configs.png")
     print(f"{'config':<24}{'B':>4}{'hq/hkv':>8}{'ctx':>8}{'d':>5}{'pg':>4}{'us':>10}{'/sdpa':>7}")
     for r in rows:
         print(f"{r['config']:<24}{r['batch']:>4}{str(r['hq']) + '/' + str(r['hkv']):>8}{r['context']:>8}"
