@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One call on a GPU machine: the environment, the GPU test suite, the compute-sanitizer fuzz and
+# One call on a GPU machine: the environment, the GPU test suite, the compute-sanitizer fuzz, the
+# form-(I) kernel's compile check at every G and
 # (unless MODE is `tests`) the product benchmarks, everything written under $OUT.
 #   bash bench/gpu_session.sh [tests|bench|full]
 #     tests: GPU tests and the memcheck fuzz; bench: the benchmarks only; full: both (the default)
@@ -28,6 +29,10 @@ if [ "$MODE" != bench ]; then
   compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 python3 tests/gpu_fuzz.py 12 \
     > "$OUT/sanitizer.log" 2>&1
   echo "sanitizer exit code $?" | tee -a "$OUT/sanitizer.log"
+  echo "== the form-(I) kernel compiled at every G (CI compiles one G of each register class)"
+  WITCERT_COMPILE_EVERY_G=1 python3 -m pytest tests/test_cuda_compile.py -q -rf -n 3 -p no:cacheprovider -k decode_i8 \
+    > "$OUT/compile_every_g.log" 2>&1
+  tail -1 "$OUT/compile_every_g.log"
 fi
 [ "$MODE" = tests ] && exit 0
 echo "== benchmarks"
