@@ -612,10 +612,9 @@ def config_sweep(args):
             ours("tier_b_8_page1", config_case("tier_b_8", B, hq, hkv, ctx, l2, page=1), sdpa_us, 8, "B", 0,
                  **shape1)
         cp.get_default_memory_pool().free_all_blocks()
-    write_rows_json(args.out, "decode-configs", rows)
     from plot_configs import plot_configs
 
-    plot_configs(json.loads((Path(args.out) / "decode-configs.json").read_text()), Path(args.out) / "decode-configs.png")
+    plot_configs(write_rows_json(args.out, "decode-configs", rows), Path(args.out) / "decode-configs.png")
     print(f"{'config':<24}{'B':>4}{'hq/hkv':>8}{'ctx':>8}{'d':>5}{'pg':>4}{'us':>10}{'/sdpa':>7}")
     for r in rows:
         print(f"{r['config']:<24}{r['batch']:>4}{str(r['hq']) + '/' + str(r['hkv']):>8}{r['context']:>8}"
@@ -624,11 +623,14 @@ def config_sweep(args):
 
 def write_rows_json(out_dir, stem, rows):
     """A side sweep's rows as ``<out_dir>/<stem>.json`` (each run replaces the last), each row naming
-    the GPU it ran on (ratios to SDPA differ between cards whose bandwidth differs)."""
+    the GPU it ran on (ratios to SDPA differ between cards whose bandwidth differs); returns the rows
+    written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     gpu = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
-    (out / f"{stem}.json").write_text(json.dumps([dict(r, gpu=gpu) for r in rows], indent=1))
+    written = [dict(r, gpu=gpu) for r in rows]
+    (out / f"{stem}.json").write_text(json.dumps(written, indent=1))
+    return written
 
 
 def sweep(args):

@@ -86,11 +86,11 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     # Tier-A term over 8–64 witness bands (multiples of 8); the exact tier on 16-token pages; with
     # Tier B alone page contributions of a certified step on 16-token pages up to d = 128 (over the
     # exact tier: the gate's steps)
-    i8_pages = (certified and not tier & 1 and page_size == geo.I8_PAGES_PAGE_SIZE
+    i8_pages = (certified and not tier & 1 and page_size == geo.I8_PAGE_SIZE
                 and head_dim <= geo.I8_PAGES_MAX_D)
     i8_ok = (not fp16_store and bits == 8 and outlier_channels == 0 and group_size == V2_PLAIN_GROUP_SIZE
              and unroll == 0 and head_dim in geo.I8_HEAD_DIMS and (not tier & 1 or num_bands in geo.I8_TIER_A_BANDS)
-             and (not page_outputs or i8_pages) and (not exact_tier or page_size == geo.I8_EXACT_PAGE_SIZE))
+             and (not page_outputs or i8_pages) and (not exact_tier or page_size == geo.I8_PAGE_SIZE))
     if requested == "i8" and not i8_ok:
         raise ValueError("decode_stage1_i8 serves INT8 pools at 8-bit dither with 32-channel groups and d 64, 128 or "
                          "256, no outlier channels, a Tier-A term over 8 to 64 witness bands (a multiple of 8), "

@@ -95,17 +95,16 @@ def stage1_dot_height(kernel: str, head_dim: int, G: int, *, split: bool, plain:
 
 
 # decode_stage1_i8 (cuda/decode_i8.cuh): one warp per I8_WARP_CH channels (the kernel's I8_WARP_CH:
-# tests/test_cuda_compile.py checks the two agree), head dims I8_HEAD_DIMS, page contributions on
-# pages of I8_PAGES_PAGE_SIZE tokens up to I8_PAGES_MAX_D (a warp's certified blocks are whole
-# pages), the exact tier on pools of I8_EXACT_PAGE_SIZE-token pages (a tier row is the slot's low four
-# bits within its page); its default split count fills one wave
+# tests/test_cuda_compile.py checks the two agree), head dims I8_HEAD_DIMS; page contributions (up
+# to I8_PAGES_MAX_D: a warp's certified blocks are whole pages) and the exact tier (a tier row is the
+# slot's low four bits) on pools of I8_PAGE_SIZE-token pages, the kernel's one page-size check for
+# both; its default split count fills one wave
 # of its resident CTAs with splits of at least one 32-token tile, at most I8_MAX_SPLITS
 # (decode_merge's prefetch holds 128)
 I8_WARP_CH = 64
 I8_HEAD_DIMS = (64, 128, 256)
-I8_PAGES_PAGE_SIZE = 16
+I8_PAGE_SIZE = 16
 I8_PAGES_MAX_D = 128
-I8_EXACT_PAGE_SIZE = 16
 # its Tier-A term stages each token's witness row in 16-byte pieces: 8 to 64 bands, a multiple of 8
 I8_TIER_A_BANDS = (8, 16, 24, 32, 40, 48, 56, 64)
 I8_MAX_SPLITS = 128
