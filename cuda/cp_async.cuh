@@ -1,11 +1,15 @@
 // cp_async.cuh — asynchronous global → shared copies (sm_80+), shared by the kernels that stage
 // the next tile's rows while computing this one (decode_v2.cu, decode_f16.cu, extend_tc.cu); and
-// the sm_90 bulk copy on an mbarrier that decode_merge (decode.cu) prefetches a cell's rows with.
+// the sm_90 bulk copy on an mbarrier that decode_merge (decode.cu) prefetches a cell's rows with; and
+// the L2 prefetch of rows a kernel reads with plain loads later (decode_i8.cuh's exact tier).
 #pragma once
 #include "common.cuh"
 
 #ifdef __CUDA_ARCH__
 WC_D u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+// the 128-byte line holding `p` brought into L2 (no register written, nothing waits for it)
+WC_D void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // 16 bytes, bypassing L1 (streamed codes are read once)
 WC_D void cp_async16(void* dst, const void* src) {

@@ -106,6 +106,28 @@ WC_D float2 i8_coef_pair(const float* p) {
     }
 }
 
+// the exact tier's row of a slot (tier_k or tier_v: [tier_cap, 16, D]) for entry e, entry 0's for e < 0
+// (a token off the tier: its row is read, in bounds, and not used)
+template <int D>
+WC_D const u16* i8_tier_row(const u16* tier, int e, u32 slot, int page_shift) {
+    return tier + (((i64)max(e, 0) << page_shift) + (slot & 15u)) * D;
+}
+
+// four fp16 values (8 bytes), exactly, as fp32
+WC_D void i8_f16x4(uint2 w, float (&x)[4]) {
+    x[0] = f16_to_f32((u16)w.x), x[1] = f16_to_f32((u16)(w.x >> 16));
+    x[2] = f16_to_f32((u16)w.y), x[3] = f16_to_f32((u16)(w.y >> 16));
+}
+
+// an exact-tier token's dot product and Σ|q_c||x_c| over four more channels, one chain each in
+// channel order, every product and sum rounded (no contraction: the CPU twin's order)
+WC_D void i8_exact_dot4(float4 q, float4 qa, const float (&x)[4], float& acc, float& aac) {
+    acc = __fadd_rn(acc, __fmul_rn(q.x, x[0])), aac = __fadd_rn(aac, __fmul_rn(qa.x, fabsf(x[0])));
+    acc = __fadd_rn(acc, __fmul_rn(q.y, x[1])), aac = __fadd_rn(aac, __fmul_rn(qa.y, fabsf(x[1])));
+    acc = __fadd_rn(acc, __fmul_rn(q.z, x[2])), aac = __fadd_rn(aac, __fmul_rn(qa.z, fabsf(x[2])));
+    acc = __fadd_rn(acc, __fmul_rn(q.w, x[3])), aac = __fadd_rn(aac, __fmul_rn(qa.w, fabsf(x[3])));
+}
+
 WC_D u32 dynamic_smem_bytes() {
     u32 r;
     asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
@@ -182,6 +204,14 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
         const int e = tier_map[(i64)h * tier_stride + (int)(sl_ >> page_shift)];
         return e >= 0 && e < tier_cap ? e : -1;
     };
+    // an exact-tier token's rows (the warp's 64 channels of K and V: a 128-byte line each) brought
+    // into L2 a tile ahead of the passes that read them, whose loads then wait on L2, not DRAM
+    auto prefetch_tier = [&](int e, i64 sl_) {
+        if (EXACT && e >= 0) {
+            prefetch_l2(i8_tier_row<D>(tier_k, e, (u32)sl_, page_shift) + I8_WARP_CH * w);
+            prefetch_l2(i8_tier_row<D>(tier_v, e, (u32)sl_, page_shift) + I8_WARP_CH * w);
+        }
+    };
     auto stage = [&](int buf, i64 sl_) {
         const bool v = sl_ >= 0;
         const u32 slot = v ? (u32)sl_ : 0u;
@@ -209,6 +239,7 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
         pg = page_of(ta);
         sl = slot_at(ta, pg);
         te = tier_entry(sl);
+        prefetch_tier(te, sl);
         stage(0, sl);  // the first tile's rows load during the set-up
         pg = page_of(ta + I8_TILE);
     }
@@ -451,35 +482,33 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
 #pragma unroll 1
                 for (int n = 0; n < 4; ++n) {
                     if (!((em >> (8 * n)) & 0xFFu)) continue;
-                    float ap[2] = {0.0f, 0.0f};
-#pragma unroll
-                    for (int i = 0; i < 2; ++i) {
-                        const int tk = 8 * n + 2 * t + i;
-                        const int e = __shfl_sync(0xffffffffu, te, tk);
-                        const u32 so_ = __shfl_sync(0xffffffffu, slot, tk);
-                        if (e >= 0) {
-                            const u16* kr = tier_k + (((i64)e << page_shift) + (so_ & 15u)) * D + I8_WARP_CH * w;
-                            float acc = 0.0f, aac = 0.0f;
+                    // the thread's two tokens together, their rows read whether or not they are exact
+                    // (a token off the tier reads entry 0's row, in bounds and unused): no load waits
+                    // behind a branch, and each query piece serves both rows
+                    const int tk = 8 * n + 2 * t;
+                    const int e0 = __shfl_sync(0xffffffffu, te, tk), e1 = __shfl_sync(0xffffffffu, te, tk + 1);
+                    const u16* kr0 = i8_tier_row<D>(tier_k, e0, __shfl_sync(0xffffffffu, slot, tk), page_shift) + I8_WARP_CH * w;
+                    const u16* kr1 = i8_tier_row<D>(tier_k, e1, __shfl_sync(0xffffffffu, slot, tk + 1), page_shift) + I8_WARP_CH * w;
+                    float acc0 = 0.0f, aac0 = 0.0f, acc1 = 0.0f, aac1 = 0.0f;
 #pragma unroll 4
-                            for (int c = 0; c < I8_WARP_CH; c += 4) {
-                                const float4 qv = *reinterpret_cast<const float4*>(qg_ + c);
-                                const uint2 kw = *reinterpret_cast<const uint2*>(kr + c);
-                                const float x0 = f16_to_f32((u16)kw.x), x1 = f16_to_f32((u16)(kw.x >> 16));
-                                const float x2 = f16_to_f32((u16)kw.y), x3 = f16_to_f32((u16)(kw.y >> 16));
-                                // (products and sums each rounded, as the twin's blocked_dot: no contraction)
-                                acc = __fadd_rn(acc, __fmul_rn(qv.x, x0)), aac = __fadd_rn(aac, __fmul_rn(fabsf(qv.x), fabsf(x0)));
-                                acc = __fadd_rn(acc, __fmul_rn(qv.y, x1)), aac = __fadd_rn(aac, __fmul_rn(fabsf(qv.y), fabsf(x1)));
-                                acc = __fadd_rn(acc, __fmul_rn(qv.z, x2)), aac = __fadd_rn(aac, __fmul_rn(fabsf(qv.z), fabsf(x2)));
-                                acc = __fadd_rn(acc, __fmul_rn(qv.w, x3)), aac = __fadd_rn(aac, __fmul_rn(fabsf(qv.w), fabsf(x3)));
-                            }
-                            sh.xp[buf][w][g][tk] = acc, ap[i] = aac;
-                        }
+                    for (int c = 0; c < I8_WARP_CH; c += 4) {
+                        const float4 qv = *reinterpret_cast<const float4*>(qg_ + c);
+                        const float4 qa = make_float4(fabsf(qv.x), fabsf(qv.y), fabsf(qv.z), fabsf(qv.w));
+                        float x0[4], x1[4];
+                        i8_f16x4(*reinterpret_cast<const uint2*>(kr0 + c), x0);
+                        i8_f16x4(*reinterpret_cast<const uint2*>(kr1 + c), x1);
+                        // (products and sums each rounded, as the twin's blocked_dot: no contraction)
+                        i8_exact_dot4(qv, qa, x0, acc0, aac0);
+                        i8_exact_dot4(qv, qa, x1, acc1, aac1);
                     }
-                    *reinterpret_cast<float2*>(&xa[(w * 8 + g) * I8_TILE + 8 * n + 2 * t]) =
-                        make_float2(ap[0], ap[1]);
+                    if (e0 >= 0) sh.xp[buf][w][g][tk] = acc0;
+                    if (e1 >= 0) sh.xp[buf][w][g][tk + 1] = acc1;
+                    *reinterpret_cast<float2*>(&xa[(w * 8 + g) * I8_TILE + tk]) =
+                        make_float2(e0 >= 0 ? aac0 : 0.0f, e1 >= 0 ? aac1 : 0.0f);
                 }
             }
         }
+        prefetch_tier(ten, sln);  // (after the K products, under which the tier map's entry arrived)
         __syncthreads();  // every warp's partial logits
         // ℓ̃ = ((Σ_w part_w)·Fm)·P1·P2 with the warps' parts added pairwise (part₀ + part₁, and
         // (part₀ + part₁) + (part₂ + part₃) at d = 256: at most two roundings, which the evaluation
@@ -727,28 +756,38 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
 #pragma unroll
                 for (int n = 0; n < 4; ++n) {
                     if (!((em >> (8 * n)) & 0xFFu)) continue;
+                    // four tokens at a time, their rows read first whether or not they are exact
+                    // (entry 0's row for a token off the tier, unused), then added in token order
 #pragma unroll
-                    for (int tt = 0; tt < 4; ++tt)
+                    for (int hf = 0; hf < 2; ++hf) {
+                        uint2 vw[4][4];
+                        float pt[4];
 #pragma unroll
-                        for (int i = 0; i < 2; ++i) {
-                            const int tk = 8 * n + 2 * tt + i;
-                            const float pt = __shfl_sync(0xffffffffu, p[n][i], (lane & ~3) | tt);
+                        for (int j = 0; j < 4; ++j) {
+                            const int tt = 2 * hf + j / 2, tk = 8 * n + 2 * tt + (j & 1);
+                            pt[j] = __shfl_sync(0xffffffffu, p[n][j & 1], (lane & ~3) | tt);
                             const int e = __shfl_sync(0xffffffffu, te, tk);
-                            const u32 so_ = __shfl_sync(0xffffffffu, slot, tk);
+                            const u16* vr = i8_tier_row<D>(tier_v, e, __shfl_sync(0xffffffffu, slot, tk), page_shift) +
+                                            I8_WARP_CH * w + 4 * t;
+#pragma unroll
+                            for (int cb = 0; cb < 4; ++cb) vw[j][cb] = *reinterpret_cast<const uint2*>(vr + 16 * cb);
+                        }
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) {
+                            const int tk = 8 * n + 4 * hf + j;
                             if (!((em >> tk) & 1u)) continue;
-                            const u16* vr = tier_v + (((i64)e << page_shift) + (so_ & 15u)) * D + I8_WARP_CH * w + 4 * t;
 #pragma unroll
                             for (int cb = 0; cb < 4; ++cb) {
-                                const uint2 vw = *reinterpret_cast<const uint2*>(vr + 16 * cb);
-                                const float v4[4] = {f16_to_f32((u16)vw.x), f16_to_f32((u16)(vw.x >> 16)),
-                                                     f16_to_f32((u16)vw.y), f16_to_f32((u16)(vw.y >> 16))};
+                                float v4[4];
+                                i8_f16x4(vw[j][cb], v4);
 #pragma unroll
                                 for (int k = 0; k < 4; ++k) {
                                     if (!is_finite32(v4[k])) vbad = true;
-                                    o[cb][k] = __fmaf_rn(pt, v4[k], o[cb][k]);
+                                    o[cb][k] = __fmaf_rn(pt[j], v4[k], o[cb][k]);
                                 }
                             }
                         }
+                    }
                 }
             }
         }
