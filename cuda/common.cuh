@@ -256,6 +256,35 @@ WC_D float warp_sum(float v) {
     return v;
 }
 
+// warp_sum / warp_max of each of N values, the same butterfly order per value (so each result is
+// the one warp_sum / warp_max gives), the N chains interleaved step by step: a split's epilogue
+// reduces every head's statistics at once instead of one head's latency chain after another
+template <int N>
+WC_D void warp_sum_each(float (&v)[N]) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+        for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], off);
+}
+template <int N>
+WC_D void warp_max_each(float (&v)[N]) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+        for (int i = 0; i < N; ++i) v[i] = fmaxf(v[i], __shfl_xor_sync(0xffffffffu, v[i], off));
+}
+
+// v[k] for a runtime k < N, selected rather than indexed (an indexed register array goes to local
+// memory)
+template <int N, typename T>
+WC_D T select_of(const T (&v)[N], int k) {
+    T r = v[0];
+#pragma unroll
+    for (int i = 1; i < N; ++i)
+        if (i == k) r = v[i];
+    return r;
+}
+
 // acc + q·x over 8 channels, one chain in channel order (q: 16-byte aligned shared memory)
 WC_D float dot8(float acc, const float* q, const float (&x)[8]) {
     const float4 qa = *reinterpret_cast<const float4*>(q);

@@ -424,41 +424,64 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
     // same page ids); each writes its channels of o, the certifier the split's statistics
     poisoned = __any_sync(FULL, poisoned);
     hbad = __reduce_or_sync(FULL, hbad);
+    // Every head's warp reductions run interleaved (warp_sum_each), and lane g stores head g's
+    // statistics from selected values through one copy of the store code: the epilogue runs once per
+    // split, so at B = 1 its latency chains and its code (fetched once per SM) are a visible share of
+    // the step (a profile: a third of the certificate's cost at B = 1, 4k)
+    float L[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) L[g] = l[g];
+    warp_sum_each<G>(L);
+    int obad = 0;  // heads with a non-finite o entry on this lane (bit g)
 #pragma unroll
     for (int g = 0; g < G; ++g) {
-        const float L = warp_sum(l[g]);
         const i64 o = ((i64)b * Hq + h * G + g) * num_splits + s;
         const bool dead = poisoned || ((hbad >> g) & 1);
         float r[CPL];
 #pragma unroll
-        for (int j = 0; j < CPL; ++j) r[j] = dead ? NAN : (L == 0.0f ? 0.0f : acc[g][j] / L);
+        for (int j = 0; j < CPL; ++j) {
+            r[j] = dead ? NAN : (L[g] == 0.0f ? 0.0f : acc[g][j] / L[g]);
+            if (!dead && !is_finite32(r[j])) obad |= 1 << g;
+        }
         float* dst = &o_part[o * D + CPL * lane];
         if constexpr (CPL == 4) {
             *reinterpret_cast<float4*>(dst) = make_float4(r[0], r[1], r[2], r[3]);
         } else {
             *reinterpret_cast<float2*>(dst) = make_float2(r[0], r[1]);
         }
-        if (CERT && certifier) {
-            // λ from the lanes' sums (log2 units, then natural log); a head whose o is not finite
-            // (a non-finite V row it attends, SPEC §3.6) gets an infinite certificate
-            bool fin = true;
+    }
+    // (lanes g < G store head g's statistics)
+    const int gl = lane < G ? lane : 0;
+    const i64 ol = ((i64)b * Hq + h * G + gl) * num_splits + s;
+    const bool deadl = poisoned || ((hbad >> gl) & 1);
+    const float Ll = select_of(L, gl), ml = select_of(m, gl);
+    if (CERT && certifier) {
+        // λ from the lanes' sums (log2 units, then natural log); a head whose o is not finite
+        // (a non-finite V row it attends, SPEC §3.6) gets an infinite certificate
+        obad = __reduce_or_sync(FULL, obad);
+        float M2[G], L2[G], CM[G];
 #pragma unroll
-            for (int j = 0; j < CPL; ++j) fin = fin && is_finite32(r[j]);
-            const bool vbad = !dead && !__all_sync(FULL, fin);
-            const float M2 = warp_max(m2[g]);
-            const bool linf = M2 == INFINITY || vbad;
-            const float L2 = warp_sum(linf || m2[g] == -INFINITY ? 0.0f : l2[g] * exp2f(m2[g] - M2));
-            const float CM = linf ? INFINITY : warp_max(cmx[g]);
-            const float XM = warp_max(xmx);  // (0·inf, a zero query over a non-finite row: no term)
-            const float GM = g_norm[g] > 0.0f && XM > 0.0f ? g_norm[g] * XM : 0.0f;
-            if (lane == g)
-                store_split_stats(o, dead, L, m[g] * F16_LN2 + logf(L),
-                                  linf ? INFINITY : (L2 > 0.0f ? M2 * F16_LN2 + logf(L2) : -INFINITY), CM, GM,
-                                  lse_part, lam_part, cmax_part, gam_part);
-        } else if (!CERT && lane == g) {  // no certificate: λ = −inf, cmax 0 (as tier 0)
-            store_split_stats(o, dead, L, m[g] * F16_LN2 + logf(L), -INFINITY, 0.0f, 0.0f, lse_part, lam_part,
-                              cmax_part, gam_part);
+        for (int g = 0; g < G; ++g) M2[g] = m2[g], CM[g] = cmx[g];
+        warp_max_each<G>(M2);
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const bool linf = M2[g] == INFINITY || ((obad >> g) & 1);
+            L2[g] = linf || m2[g] == -INFINITY ? 0.0f : l2[g] * exp2f(m2[g] - M2[g]);
         }
+        warp_sum_each<G>(L2);
+        warp_max_each<G>(CM);
+        const float XM = warp_max(xmx);  // (0·inf, a zero query over a non-finite row: no term)
+        const float M2l = select_of(M2, gl), L2l = select_of(L2, gl), gn = g_norm[gl];
+        const bool linf = M2l == INFINITY || ((obad >> gl) & 1);
+        const float CMl = linf ? INFINITY : select_of(CM, gl);
+        const float GM = gn > 0.0f && XM > 0.0f ? gn * XM : 0.0f;
+        if (lane < G)
+            store_split_stats(ol, deadl, Ll, ml * F16_LN2 + logf(Ll),
+                              linf ? INFINITY : (L2l > 0.0f ? M2l * F16_LN2 + logf(L2l) : -INFINITY), CMl, GM,
+                              lse_part, lam_part, cmax_part, gam_part);
+    } else if (!CERT && lane < G) {  // no certificate: λ = −inf, cmax 0 (as tier 0)
+        store_split_stats(ol, deadl, Ll, ml * F16_LN2 + logf(Ll), -INFINITY, 0.0f, 0.0f, lse_part, lam_part,
+                          cmax_part, gam_part);
     }
 }
 
