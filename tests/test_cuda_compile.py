@@ -187,7 +187,7 @@ def test_launch_layer_block_size_is_the_kernel_s():
     from witcert_cupy._cuda import geometry as geo
 
     assert int(re.search(r"#define I8_WARP_CH (\d+)", src).group(1)) == geo.I8_WARP_CH
-    assert int(re.search(r"#define I8_TILE (\d+)", src).group(1)) == geo.I8_MIN_TOKENS
+    assert int(re.search(r"#define I8_TILE (\d+)", src).group(1)) == geo.I8_TILE
     assert "__launch_bounds__(D / 2," in src and [geo.i8_threads(d) for d in (64, 128, 256)] == [32, 64, 128]
     assert sorted(p.name for p in _cuda.kernel_dir().glob("decode_i8_d*.cu")) == \
         sorted(f"decode_i8_d{d}.cu" for d in geo.I8_HEAD_DIMS)

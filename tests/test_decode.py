@@ -222,6 +222,44 @@ def test_gpu_default_split_count_fills_one_wave_of_resident_ctas():
     assert v2_splits(1, 4, 32768, ctas=3) == 64 and v2_splits(1, 4, 131072, ctas=3) == 99  # 3 resident: 99 a wave
 
 
+def test_i8_default_split_count_makes_whole_tiles():
+    """decode_stage1_i8's default split count (host arithmetic only): one wave of resident CTAs, at
+    most 128 splits of at least one 32-token tile, then the fewest splits with as many tiles on the
+    longest split (a split of three 16-token pages runs two tiles, as one of four does)."""
+    import types
+
+    from witcert_cupy import _cuda
+
+    def i8_splits(batch, hkv, tokens, ctas=6, page=16, sms=132, pages=1 << 20):
+        dev = types.SimpleNamespace(num_sms=sms, pool=types.SimpleNamespace(num_kv_heads=hkv, num_pages=pages,
+                                                                             page_size=page))
+        dev.default_num_splits = types.MethodType(_cuda.device._DeviceBase.default_num_splits, dev)
+        return _cuda.device._DeviceBase.i8_num_splits(dev, batch, ctas, tokens)
+
+    # batch 1, 32/8, 4k: a wave is 99 splits of three pages; four pages (two tiles) need only 64
+    assert i8_splits(1, 8, 4096) == 64 and i8_splits(1, 8, 4096, ctas=4) == 64
+    assert i8_splits(1, 4, 4096) == 128  # two pages each already: one tile
+    assert i8_splits(2, 8, 4096) == 43  # 49 in the wave, six pages (three tiles) each: 43 cover them
+    assert i8_splits(1, 8, 32768) == 94  # 22 pages (11 tiles) each, as the wave's 21 run
+    assert i8_splits(8, 8, 32768) == 12  # long splits: the wave as it was
+    assert i8_splits(1, 8, 4096, page=1) == 64  # 1-token pages: 64 tokens (two tiles) each
+    assert i8_splits(1, 8, 4096, page=64) == 64  # a page already holds two tiles
+    assert i8_splits(1, 8, 40) == 1 and i8_splits(1, 8, 96) == 3  # short requests: a tile each
+    # in general: the wave's longest split in tiles, never more splits than the wave, and the fewest
+    # that keep it
+    for batch, hkv, tokens, page in ((1, 8, 4096, 16), (1, 8, 32768, 16), (2, 8, 4096, 16), (1, 8, 4000, 16),
+                                     (1, 4, 1000, 1), (3, 2, 12345, 16), (1, 8, 200, 16)):
+        ns = i8_splits(batch, hkv, tokens, page=page)
+        dev = types.SimpleNamespace(num_sms=132, pool=types.SimpleNamespace(num_kv_heads=hkv, num_pages=1 << 20))
+        wave = _cuda.device._DeviceBase.default_num_splits(dev, batch, 6, max_splits=128, tokens=tokens, min_tokens=32)
+        pages = -(-tokens // page)
+
+        def tiles(n):
+            return -(-(-(-pages // n) * page) // 32)
+
+        assert 1 <= ns <= wave and tiles(ns) == tiles(wave) and (ns == 1 or tiles(ns - 1) > tiles(ns))
+
+
 def test_query_group_overflow_gives_a_bound_or_no_guarantee_never_a_lost_group():
     """Tier B's u coefficient is formed on the power-of-two-normalized query group (SPEC §4.2), so
     a group whose Σq² alone overflows fp32 (entries 2e19 against K rows that are 0 there, scale 0)

@@ -28,7 +28,10 @@ TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
     ({"outlier_channels": 4}, ("v2", False)),                     # outlier pairs, certified
     ({"outlier_channels": 4, "certified": False}, ("v2", False)),
     ({"exact_tier": True}, ("i8", False)),                        # every pool the gate accepts: form (I)
-    ({"exact_tier": True, "pairs": 8}, ("v2", False)),            # ... by the measured rule at d = 128
+    ({"exact_tier": True, "pairs": 8, "tokens": 4096}, ("i8", False)),  # ... at any batch (measured at d = 128)
+    ({"exact_tier": True, "pairs": 8, "G": 4, "tokens": 4096}, ("i8", False)),  # ... from 4 heads per kv head,
+    ({"exact_tier": True, "pairs": 8, "G": 3, "tokens": 4096}, ("v2", False)),  # below by Tier B's rule
+    ({"exact_tier": True, "pairs": 16, "G": 3}, ("i8", False)),
     ({"exact_tier": True, "page_size": 1}, ("v2", False)),        # ... on 16-token pages
     ({"exact_tier": True, "tier": TIER_A | 2, "num_bands": 16, "G": 7}, ("i8", False)),  # with Tier A:
     ({"exact_tier": True, "tier": TIER_A | 2, "num_bands": 16, "G": 4}, ("v2", False)),  # wide groups only

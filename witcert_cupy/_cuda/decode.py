@@ -109,7 +109,7 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     # with a Tier-A term): the measured rule; elsewhere form (I) (page contributions: the staged
     # tile's general layout or the general kernel, both slower in every measured shape,
     # docs/performance.md)
-    if i8_ok and (not (v2_ok and not page_outputs) or geo.i8_serves(G, pairs, tokens, exact_tier and bool(tier & 1))):
+    if i8_ok and (not (v2_ok and not page_outputs) or geo.i8_serves(G, pairs, tokens, exact_tier, bool(tier & 1))):
         return "i8", plain
     if v2_ok:
         return "v2", plain
@@ -194,9 +194,8 @@ class DecodePlan:
                 ns = ns - ns % npipe if ns >= npipe else ns
             elif stage1 == "v2":
                 ns = dev.v2_num_splits(B, resident, tokens)
-            elif stage1 == "i8":  # one wave of its CTAs, splits of at least one tile
-                ns = dev.default_num_splits(B, resident, max_splits=geo.I8_MAX_SPLITS, tokens=tokens,
-                                            min_tokens=geo.I8_MIN_TOKENS)
+            elif stage1 == "i8":  # one wave of its CTAs, splits of whole tiles
+                ns = dev.i8_num_splits(B, resident, tokens)
             else:
                 ns = dev.default_num_splits(B, resident)
         # geo.V2_SPLIT_MIN_G needs the split count, which the sides' residency chose; the split keeps it

@@ -98,9 +98,9 @@ def stage1_dot_height(kernel: str, head_dim: int, G: int, *, split: bool, plain:
 # tests/test_cuda_compile.py checks the two agree), head dims I8_HEAD_DIMS; page contributions (up
 # to I8_PAGES_MAX_D: a warp's certified blocks are whole pages) and the exact tier (a tier row is the
 # slot's low four bits) on pools of I8_PAGE_SIZE-token pages, the kernel's one page-size check for
-# both; its default split count fills one wave
-# of its resident CTAs with splits of at least one 32-token tile, at most I8_MAX_SPLITS
-# (decode_merge's prefetch holds 128)
+# both; its tokens per tile, I8_TILE (the kernel's; tests/test_cuda_compile.py checks it); its default
+# split count (device.i8_num_splits) fills one wave of its resident CTAs with splits of whole tiles,
+# at most I8_MAX_SPLITS (decode_merge's prefetch holds 128)
 I8_WARP_CH = 64
 I8_HEAD_DIMS = (64, 128, 256)
 I8_PAGE_SIZE = 16
@@ -108,7 +108,7 @@ I8_PAGES_MAX_D = 128
 # its Tier-A term stages each token's witness row in 16-byte pieces: 8 to 64 bands, a multiple of 8
 I8_TIER_A_BANDS = (8, 16, 24, 32, 40, 48, 56, 64)
 I8_MAX_SPLITS = 128
-I8_MIN_TOKENS = 32
+I8_TILE = 32
 # ... and the library picks it where it beat the staged tile (bench/decode.py --shapes, one process per
 # shape, certified µs i8 / v2, bench/results/decode-shapes.json): its cost per kv token does not depend
 # on G (its mma rows are 8 heads), the staged tile's grows with G, and each of its splits pays a set-up
@@ -120,10 +120,13 @@ I8_MIN_PAIRS = 16
 I8_MIN_G = 3
 I8_WIDE_G = 7  # from here at any context; below it from I8_LONG_TOKENS tokens per request
 I8_LONG_TOKENS = 16384
-# With an exact tier (1% of pages; H200, both kernels forced in one process per tree beside SDPA,
-# certified µs i8 / v2, docs/performance.md) the rule stands for
-# Tier B: B = 8, 32k: 32/8 477 / 565, 28/4 250 / 388; B = 2, 32/8, 32k 136 / 160; B = 4, 28/4, 4k
-# 44.9 / 52.4; B = 2, 32/8, 4k 43.5 / 40.1; B = 1, 32/8, 4k 38.2 / 29.7.  With a Tier-A term as well
+I8_EXACT_MIN_G = 4  # with an exact tier and no Tier-A term: from here at any batch and context
+# With an exact tier (1% of pages) and Tier B form (I) is the choice from I8_EXACT_MIN_G heads per kv
+# head at any batch and context, below it by the Tier-B rule (both kernels forced in one process,
+# certified µs i8 / v2, docs/performance.md): H200, B = 8, 32k: 32/8 477 / 565, 28/4 250 / 388;
+# B = 2, 32/8, 32k 136 / 160; B = 4, 28/4, 4k 44.9 / 52.4; H100, with the exact rows prefetched to
+# L2 and splits of whole tiles: B = 1, 4k: 32/8 27.4 / 29.2, 28/4 25.0 / 31.2, but 24/8 (G = 3)
+# 27.6 / 25.7; B = 2, 32/8, 4k 36.9 / 40.5; B = 1, 32/8, 32k 79.0 / 99.7.  With a Tier-A term as well
 # (AB, 16 bands) form (I) pays the tier's fp32 products and the witness's band sums in one pass and
 # wins only from I8_WIDE_G heads per kv head: B = 8, 32k: 32/8 697 / 648, 28/4 369 / 412; B = 2,
 # 32/8, 32k 192 / 180; B = 4, 28/4, 4k 55.2 / 55.9.
@@ -152,11 +155,13 @@ def i8_smem_bytes(head_dim, exact=False, num_bands=0):
     return base + (nw * 8 * 32 * 4 if exact else 0) + tier_a
 
 
-def i8_serves(G, pairs, tokens, exact_tier_a=False):
+def i8_serves(G, pairs, tokens, exact_tier=False, tier_a=False):
     """Whether the form-(I) kernel is the library's choice for a step it can serve: ``G`` query
     heads per kv head, ``pairs`` (request, kv head) pairs, ``tokens`` the mean request's tokens,
-    ``exact_tier_a`` a pool with an exact tier under a certificate with a Tier-A term."""
-    long_enough = tokens >= I8_LONG_TOKENS and not exact_tier_a
+    ``exact_tier`` a pool with an exact tier, ``tier_a`` a certificate with a Tier-A term."""
+    if exact_tier and not tier_a and G >= I8_EXACT_MIN_G:  # the staged tile's general layout: slower
+        return True
+    long_enough = tokens >= I8_LONG_TOKENS and not (exact_tier and tier_a)
     return pairs >= I8_MIN_PAIRS and G >= I8_MIN_G and (G >= I8_WIDE_G or long_enough)
 
 # one-warp pipelines (splits) per CTA of decode_stage1_f16: F16_PIPES of
