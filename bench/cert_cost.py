@@ -122,11 +122,12 @@ def measure(args):
     l2 = l2_bytes()
     dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     rows, t0 = [], time.time()
-    for si, shape in enumerate(SHAPES):
+    shapes, configs = args.shapes, [c for c in CONFIGS if c[0] in args.configs]
+    for si, shape in enumerate(shapes):
         B, hq, hkv, ctx = shape
-        for ci, (label, store, bits, tier) in enumerate(CONFIGS):
-            print(f"[cert_cost] shape {si + 1}/{len(SHAPES)} B={B} {hq}/{hkv} ctx={ctx}, config {ci + 1}/"
-                  f"{len(CONFIGS)} {label}", file=sys.stderr, flush=True)
+        for ci, (label, store, bits, tier) in enumerate(configs):
+            print(f"[cert_cost] shape {si + 1}/{len(shapes)} B={B} {hq}/{hkv} ctx={ctx}, config {ci + 1}/"
+                  f"{len(configs)} {label}", file=sys.stderr, flush=True)
             per_tok = 2 * (D + 8) if store == "int8" else 2 * (2 * D + BANDS) + 4
             rot = rotations(B * hkv * ctx * per_tok, l2)
             cases = {"base": Case(base, store, bits, shape, rot), "this": Case(this, store, bits, shape, rot)}
@@ -165,7 +166,23 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=20, help="graph replays per timing (default 20)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating timings per package (default 3)")
     ap.add_argument("--out", default=str(HERE / "results"), help="directory for cert-cost.json")
+    ap.add_argument("--configs", default=",".join(c[0] for c in CONFIGS),
+                    help="comma-separated configurations (default: all of " + ", ".join(c[0] for c in CONFIGS) + ")")
+    ap.add_argument("--shapes", default=",".join("/".join(map(str, s)) for s in SHAPES),
+                    help="comma-separated B/Hq/Hkv/context shapes (default: %(default)s)")
     args = ap.parse_args(argv)
+    known = [c[0] for c in CONFIGS]
+    args.configs = [c for c in args.configs.split(",") if c]
+    bad = [c for c in args.configs if c not in known]
+    if bad or not args.configs:
+        ap.error(f"--configs: unknown configuration {bad[0] if bad else '(none given)'}; choose from {', '.join(known)}")
+    try:
+        args.shapes = [tuple(int(x) for x in s.split("/")) for s in args.shapes.split(",") if s]
+    except ValueError:
+        args.shapes = []
+    if not args.shapes or any(len(s) != 4 or min(s) < 1 or s[1] % s[2] or s[3] % PAGE for s in args.shapes):
+        ap.error(f"--shapes: each shape is B/Hq/Hkv/context, positive integers, Hq a multiple of Hkv, context a "
+                 f"multiple of {PAGE}")
     if args.make_baseline:
         make_baseline(args.make_baseline[0], Path(args.make_baseline[1]))
         return 0

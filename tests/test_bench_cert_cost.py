@@ -1,0 +1,45 @@
+"""bench/cert_cost.py's command line: the configurations and shapes it is asked for are checked
+before anything runs, and a refusal names the flag (no GPU needed)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+_BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(_BENCH))
+_spec = importlib.util.spec_from_file_location("cert_cost", _BENCH / "cert_cost.py")
+cert_cost = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cert_cost)
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--configs", "tier_b_9"], "--configs"),
+    (["--configs", ","], "--configs"),
+    (["--shapes", "8/32/8"], "--shapes"),
+    (["--shapes", "8/30/8/32768"], "--shapes"),    # Hq not a multiple of Hkv
+    (["--shapes", "1/32/8/4008"], "--shapes"),     # not whole pages
+    (["--shapes", "0/32/8/4096"], "--shapes"),
+    (["--shapes", "a/32/8/4096"], "--shapes"),
+    (["--reps", "0"], "--reps"),
+])
+def test_refusals_name_the_flag(argv, flag, tmp_path, capsys, monkeypatch):
+    ran = []
+    monkeypatch.setattr(cert_cost, "measure", lambda args: ran.append(args))
+    (tmp_path / "witcert_cupy").mkdir()
+    with pytest.raises(SystemExit) as e:
+        cert_cost.main(["--baseline", str(tmp_path), *argv])
+    assert e.value.code == 2 and flag in capsys.readouterr().err and not ran
+
+
+def test_a_selection_reaches_the_measurement(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(cert_cost, "measure", lambda args: ran.append(args))
+    (tmp_path / "witcert_cupy").mkdir()
+    assert cert_cost.main(["--baseline", str(tmp_path), "--configs", "fp16_store_tier_a",
+                           "--shapes", "1/32/8/4096,8/28/4/32768"]) == 0
+    assert ran[0].configs == ["fp16_store_tier_a"] and ran[0].shapes == [(1, 32, 8, 4096), (8, 28, 4, 32768)]
+    ran.clear()
+    assert cert_cost.main(["--baseline", str(tmp_path)]) == 0  # the defaults: every configuration and shape
+    assert ran[0].configs == [c[0] for c in cert_cost.CONFIGS] and ran[0].shapes == list(cert_cost.SHAPES)
