@@ -239,7 +239,6 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
         pg = page_of(ta);
         sl = slot_at(ta, pg);
         te = tier_entry(sl);
-        prefetch_tier(te, sl);
         stage(0, sl);  // the first tile's rows load during the set-up
         pg = page_of(ta + I8_TILE);
     }
@@ -251,6 +250,7 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
         su.q[idx / D][idx % D] = qr[i];
     }
     __syncthreads();
+    prefetch_tier(te, sl);  // (here, not beside the first tile's staging: the tier map's entry is back)
     const SmSplit smx = sm_split(sm);
     // (K1, K2: c_t in log2 units with its slack, docs/certificate.md §6)
     const float K1 = __fmul_ru((float)WC_C_EVAL_SLACK, WC_LOG2E_UP), K2 = __fmul_ru(K1, K1);
