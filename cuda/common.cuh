@@ -256,24 +256,6 @@ WC_D float warp_sum(float v) {
     return v;
 }
 
-// warp_sum / warp_max of each of N values, the same butterfly order per value (so each result is
-// the one warp_sum / warp_max gives), the N chains interleaved step by step: a split's epilogue
-// reduces every head's statistics at once instead of one head's latency chain after another
-template <int N>
-WC_D void warp_sum_each(float (&v)[N]) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-        for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], off);
-}
-template <int N>
-WC_D void warp_max_each(float (&v)[N]) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-        for (int i = 0; i < N; ++i) v[i] = fmaxf(v[i], __shfl_xor_sync(0xffffffffu, v[i], off));
-}
-
 // v[k] for a runtime k < N, selected rather than indexed (an indexed register array goes to local
 // memory)
 template <int N, typename T>
@@ -308,6 +290,14 @@ WC_D void warp_sums(float (&v)[G]) {
     for (int off = 16; off > 0; off >>= 1)
 #pragma unroll
         for (int g = 0; g < G; ++g) v[g] += __shfl_xor_sync(0xffffffffu, v[g], off);
+}
+// ... and of G maxima (each warp_max's)
+template <int G>
+WC_D void warp_maxes(float (&v)[G]) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+        for (int g = 0; g < G; ++g) v[g] = fmaxf(v[g], __shfl_xor_sync(0xffffffffu, v[g], off));
 }
 
 // A tile's logits in log2 units (the softmax runs on exp2) from the G dot products; a token's

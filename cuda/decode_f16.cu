@@ -424,14 +424,14 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
     // same page ids); each writes its channels of o, the certifier the split's statistics
     poisoned = __any_sync(FULL, poisoned);
     hbad = __reduce_or_sync(FULL, hbad);
-    // Every head's warp reductions run interleaved (warp_sum_each), and lane g stores head g's
+    // Every head's warp reductions run interleaved (warp_sums, warp_maxes), and lane g stores head g's
     // statistics from selected values through one copy of the store code: the epilogue runs once per
     // split, so at B = 1 its latency chains and its code (fetched once per SM) are a visible share of
     // the step (a profile: a third of the certificate's cost at B = 1, 4k)
     float L[G];
 #pragma unroll
     for (int g = 0; g < G; ++g) L[g] = l[g];
-    warp_sum_each<G>(L);
+    warp_sums<G>(L);
     int obad = 0;  // heads with a non-finite o entry on this lane (bit g)
 #pragma unroll
     for (int g = 0; g < G; ++g) {
@@ -462,14 +462,14 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
         float M2[G], L2[G], CM[G];
 #pragma unroll
         for (int g = 0; g < G; ++g) M2[g] = m2[g], CM[g] = cmx[g];
-        warp_max_each<G>(M2);
+        warp_maxes<G>(M2);
 #pragma unroll
         for (int g = 0; g < G; ++g) {
             const bool linf = M2[g] == INFINITY || ((obad >> g) & 1);
             L2[g] = linf || m2[g] == -INFINITY ? 0.0f : l2[g] * exp2f(m2[g] - M2[g]);
         }
-        warp_sum_each<G>(L2);
-        warp_max_each<G>(CM);
+        warp_sums<G>(L2);
+        warp_maxes<G>(CM);
         const float XM = warp_max(xmx);  // (0·inf, a zero query over a non-finite row: no term)
         const float M2l = select_of(M2, gl), L2l = select_of(L2, gl), gn = g_norm[gl];
         const bool linf = M2l == INFINITY || ((obad >> gl) & 1);
