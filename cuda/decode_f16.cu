@@ -427,7 +427,7 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
     // Every head's warp reductions run interleaved (warp_sums, warp_maxes), and lane g stores head g's
     // statistics from selected values through one copy of the store code: the epilogue runs once per
     // split, so at B = 1 its latency chains and its code (fetched once per SM) are a visible share of
-    // the step (a profile: a third of the certificate's cost at B = 1, 4k)
+    // the step (a profile at B = 1, 4k: most of the certificate's extra stall samples were here)
     float L[G];
 #pragma unroll
     for (int g = 0; g < G; ++g) L[g] = l[g];
