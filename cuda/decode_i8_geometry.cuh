@@ -8,8 +8,10 @@
 // channels per warp (two scale groups of 32): D / I8_WARP_CH warps per CTA
 #define I8_WARP_CH 64
 // minimum resident warps per SM the register budget is set for: 12 (three a scheduler: 168
-// registers); with page contributions 8 (two a scheduler: up to 255; at 168 ptxas spilled 24–32
-// bytes in some G, and 10 warps leave three on some scheduler, which is 168 again)
+// registers); with page contributions 8 (two a scheduler: up to 255; 10 warps leave three on some
+// scheduler, which is 168 again).  Set to 8 when 168 spilled 24–32 bytes at some G; ptxas (CUDA
+// 13.0) now fits the page-contribution instances in 168 without spills at every G and d, and 12
+// warps is not yet measured (docs/performance.md)
 #define I8_WARPS_PER_SM 12
 #define I8_WARPS_PER_SM_PAGES 8
 
