@@ -1,0 +1,42 @@
+"""bench/lab/ab_trees.py's command line: a case names a configuration, a shape, optionally a forced
+kernel and 'clear'; what is wrong is refused by name before anything is built (no GPU needed)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("ab_trees", _ROOT / "bench" / "lab" / "ab_trees.py")
+ab = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ab)
+CONFIGS = {"tier_b_8": None, "gate_step": None}
+
+
+def test_cases_parse():
+    assert ab.parse_case("gate_step:1/32/8/4096", CONFIGS) == ("gate_step", (1, 32, 8, 4096), "auto", False)
+    assert ab.parse_case("gate_step:8/28/4/32768:i8:clear", CONFIGS) == ("gate_step", (8, 28, 4, 32768), "i8", True)
+    assert ab.parse_case("tier_b_8:1/32/8/4096:clear", CONFIGS) == ("tier_b_8", (1, 32, 8, 4096), "auto", True)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("nope:1/32/8/4096", "CONFIG one of tier_b_8, gate_step"),
+    ("gate_step", "CONFIG one of"),
+    ("gate_step:1/32/8", "the shape is B/Hq/Hkv/context"),
+    ("gate_step:1/30/8/4096", "Hq a multiple of Hkv"),
+    ("gate_step:0/32/8/4096", "positive integers"),
+    ("gate_step:1/32/8/4096:v9", "STAGE1 is one of"),
+    ("gate_step:1/32/8/4096:i8:v2", "STAGE1 is one of"),
+])
+def test_bad_cases_are_refused_by_name(text, says):
+    with pytest.raises(ValueError, match=says):
+        ab.parse_case(text, CONFIGS)
+
+
+@pytest.mark.parametrize("argv, flag", [(["/nonexistent", "gate_step:1/32/8/4096"], "baseline"),
+                                        (["{tree}", "gate_step:1/32/8/4096", "--reps", "0"], "--reps")])
+def test_arguments_are_checked_before_any_import(argv, flag, tmp_path, capsys):
+    (tmp_path / "witcert_cupy").mkdir()
+    with pytest.raises(SystemExit) as e:
+        ab.main([a.replace("{tree}", str(tmp_path)) for a in argv])
+    assert e.value.code == 2 and flag in capsys.readouterr().err
