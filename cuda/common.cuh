@@ -55,6 +55,18 @@ WC_D float f16_to_f32(u16 h) {
     return f;
 }
 
+// the two fp16 values of a 32-bit word, exactly, as fp32 (ptxas converts each half in place)
+WC_D void f16_pair(u32 w, float& lo, float& hi) {
+    lo = f16_to_f32((u16)(w & 0xFFFFu));
+    hi = f16_to_f32((u16)(w >> 16));
+}
+
+// the four fp16 values of an 8-byte load, exactly, as fp32
+WC_D void f16_x4(uint2 w, float (&x)[4]) {
+    f16_pair(w.x, x[0], x[1]);
+    f16_pair(w.y, x[2], x[3]);
+}
+
 WC_D bool is_finite32(float v) { return fabsf(v) <= WC_F32_MAX; }
 
 // fp32 -> fp16 bits, round to nearest even (twin of bits.f32_to_f16_bits_rn).

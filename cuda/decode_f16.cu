@@ -44,12 +44,6 @@
 #define F16_LOG2E WC_LOG2E
 #define F16_LN2 WC_LN2
 
-// the fp16 values of a 32-bit word, exactly, as fp32 (ptxas converts each half in place)
-__device__ __forceinline__ void f16_pair(u32 w, float& lo, float& hi) {
-    lo = f16_to_f32((u16)(w & 0xFFFFu));
-    hi = f16_to_f32((u16)(w >> 16));
-}
-
 // the eight fp16 values of a 16-byte load, exactly, as fp32
 __device__ __forceinline__ void f16_x8(const uint4& w, float (&x)[8]) {
     f16_pair(w.x, x[0], x[1]);

@@ -113,12 +113,6 @@ WC_D const u16* i8_tier_row(const u16* tier, int e, u32 slot, int page_shift) {
     return tier + (((i64)max(e, 0) << page_shift) + (slot & 15u)) * D;
 }
 
-// four fp16 values (8 bytes), exactly, as fp32
-WC_D void i8_f16x4(uint2 w, float (&x)[4]) {
-    x[0] = f16_to_f32((u16)w.x), x[1] = f16_to_f32((u16)(w.x >> 16));
-    x[2] = f16_to_f32((u16)w.y), x[3] = f16_to_f32((u16)(w.y >> 16));
-}
-
 // an exact-tier token's dot product and Σ|q_c||x_c| over four more channels, one chain each in
 // channel order, every product and sum rounded (no contraction: the CPU twin's order)
 WC_D void i8_exact_dot4(float4 q, float4 qa, const float (&x)[4], float& acc, float& aac) {
@@ -495,8 +489,8 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
                         const float4 qv = *reinterpret_cast<const float4*>(qg_ + c);
                         const float4 qa = make_float4(fabsf(qv.x), fabsf(qv.y), fabsf(qv.z), fabsf(qv.w));
                         float x0[4], x1[4];
-                        i8_f16x4(*reinterpret_cast<const uint2*>(kr0 + c), x0);
-                        i8_f16x4(*reinterpret_cast<const uint2*>(kr1 + c), x1);
+                        f16_x4(*reinterpret_cast<const uint2*>(kr0 + c), x0);
+                        f16_x4(*reinterpret_cast<const uint2*>(kr1 + c), x1);
                         // (products and sums each rounded, as the twin's blocked_dot: no contraction)
                         i8_exact_dot4(qv, qa, x0, acc0, aac0);
                         i8_exact_dot4(qv, qa, x1, acc1, aac1);
@@ -779,7 +773,7 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
 #pragma unroll
                             for (int cb = 0; cb < 4; ++cb) {
                                 float v4[4];
-                                i8_f16x4(vw[j][cb], v4);
+                                f16_x4(vw[j][cb], v4);
 #pragma unroll
                                 for (int k = 0; k < 4; ++k) {
                                     if (!is_finite32(v4[k])) vbad = true;
