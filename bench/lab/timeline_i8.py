@@ -118,17 +118,19 @@ def main(argv=None):
     ap.add_argument("cases", nargs="+", help="CONFIG:B/Hq/Hkv/context, CONFIG one of bench/decode.py's CONFIGS")
     ap.add_argument("--json", help="also write the summaries here")
     args = ap.parse_args(argv)
-    sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
+    sys.path[:0] = [str(ROOT / "bench" / "lab"), str(ROOT / "bench"), str(ROOT)]
     import decode as bd
+
+    from ab_trees import parse_case  # (bench/lab: one parser of a case for the lab tools)
 
     parsed = []
     for c in args.cases:
         try:
-            name, shape = c.split(":")
-            dims = tuple(int(x) for x in shape.split("/"))
-            assert len(dims) == 4 and name in bd.CONFIGS
-        except (ValueError, AssertionError):
-            ap.error(f"cases: {c!r} is not CONFIG:B/Hq/Hkv/context with CONFIG one of {', '.join(bd.CONFIGS)}")
+            name, dims, stage1, clear = parse_case(c, bd.CONFIGS)
+        except ValueError as e:
+            ap.error(f"cases: {e}")
+        if stage1 != "auto" or clear:
+            ap.error(f"cases: {c!r}: the timeline runs the form-(I) kernel on the pool as built (no STAGE1, no clear)")
         parsed.append((name, dims))
     import cupy as cp
 
