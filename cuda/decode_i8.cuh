@@ -114,12 +114,12 @@ WC_D const u16* i8_tier_row(const u16* tier, int e, u32 slot, int page_shift) {
 }
 
 // an exact-tier token's dot product and Σ|q_c||x_c| over four more channels, one chain each in
-// channel order, every product and sum rounded (no contraction: the CPU twin's order)
-WC_D void i8_exact_dot4(float4 q, float4 qa, const float (&x)[4], float& acc, float& aac) {
-    acc = __fadd_rn(acc, __fmul_rn(q.x, x[0])), aac = __fadd_rn(aac, __fmul_rn(qa.x, fabsf(x[0])));
-    acc = __fadd_rn(acc, __fmul_rn(q.y, x[1])), aac = __fadd_rn(aac, __fmul_rn(qa.y, fabsf(x[1])));
-    acc = __fadd_rn(acc, __fmul_rn(q.z, x[2])), aac = __fadd_rn(aac, __fmul_rn(qa.z, fabsf(x[2])));
-    acc = __fadd_rn(acc, __fmul_rn(q.w, x[3])), aac = __fadd_rn(aac, __fmul_rn(qa.w, fabsf(x[3])));
+// channel order, every product and sum rounded (no contraction: the CPU twin's order); one product
+// serves both chains, fl(|q||x|) being |fl(q·x)| under round-to-nearest
+WC_D void i8_exact_dot4(float4 q, const float (&x)[4], float& acc, float& aac) {
+    const float p[4] = {__fmul_rn(q.x, x[0]), __fmul_rn(q.y, x[1]), __fmul_rn(q.z, x[2]), __fmul_rn(q.w, x[3])};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc = __fadd_rn(acc, p[c]), aac = __fadd_rn(aac, fabsf(p[c]));
 }
 
 WC_D u32 dynamic_smem_bytes() {
@@ -487,13 +487,12 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
 #pragma unroll 4
                     for (int c = 0; c < I8_WARP_CH; c += 4) {
                         const float4 qv = *reinterpret_cast<const float4*>(qg_ + c);
-                        const float4 qa = make_float4(fabsf(qv.x), fabsf(qv.y), fabsf(qv.z), fabsf(qv.w));
                         float x0[4], x1[4];
                         f16_x4(*reinterpret_cast<const uint2*>(kr0 + c), x0);
                         f16_x4(*reinterpret_cast<const uint2*>(kr1 + c), x1);
                         // (products and sums each rounded, as the twin's blocked_dot: no contraction)
-                        i8_exact_dot4(qv, qa, x0, acc0, aac0);
-                        i8_exact_dot4(qv, qa, x1, acc1, aac1);
+                        i8_exact_dot4(qv, x0, acc0, aac0);
+                        i8_exact_dot4(qv, x1, acc1, aac1);
                     }
                     if (e0 >= 0) sh.xp[buf][w][g][tk] = acc0;
                     if (e1 >= 0) sh.xp[buf][w][g][tk + 1] = acc1;
