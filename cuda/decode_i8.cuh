@@ -745,7 +745,8 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
         }
         if constexpr (EXACT) {
             if (em) {  // (warp-uniform) the exact-tier tokens' values: o += p̃·v in fp32, head g's p̃ of
-                // token 8n + 2t' + i from its thread (g, t'), channels 64w + 16cb + 4t .. + 3
+                // token 8n + 2t' + i from its thread (g, t'), channels 64w + 16cb + 4t .. + 3; a
+                // non-finite value is found in o at the end, not value by value
 #pragma unroll
                 for (int n = 0; n < 4; ++n) {
                     if (!((em >> (8 * n)) & 0xFFu)) continue;
@@ -774,10 +775,7 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
                                 float v4[4];
                                 f16_x4(vw[j][cb], v4);
 #pragma unroll
-                                for (int k = 0; k < 4; ++k) {
-                                    if (!is_finite32(v4[k])) vbad = true;
-                                    o[cb][k] = __fmaf_rn(pt[j], v4[k], o[cb][k]);
-                                }
+                                for (int k = 0; k < 4; ++k) o[cb][k] = __fmaf_rn(pt[j], v4[k], o[cb][k]);
                             }
                         }
                     }
@@ -799,6 +797,19 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
         cmx = fmaxf(cmx, __shfl_xor_sync(0xffffffffu, cmx, off));
         gmx = fmaxf(gmx, __shfl_xor_sync(0xffffffffu, gmx, off));
         hbad = __shfl_xor_sync(0xffffffffu, (int)hbad, off) || hbad;
+    }
+    if constexpr (EXACT) {
+        // an exact-tier token's non-finite value: p̃·v is NaN or ±inf for every p̃ ≥ 0 (0·inf is NaN)
+        // and stays so through every rescale and sum, while finite values cannot overflow o (|v| ≤
+        // 65504, p̃ ≤ 1: |o| < 2^17 per token).  So o of a head whose logits are finite is non-finite
+        // exactly when some value it attended was (docs/certificate.md §10.7); every head of the
+        // CTA reads the same values, and each thread holds 16 of the warp's 64 channels
+        bool onf = false;
+#pragma unroll
+        for (int cb = 0; cb < 4; ++cb)
+#pragma unroll
+            for (int k = 0; k < 4; ++k) onf = onf || !is_finite32(o[cb][k]);
+        if (onf && g < G && !hbad && !(hflags & 1)) vbad = true;
     }
     float M2 = m2;
     M2 = fmaxf(M2, __shfl_xor_sync(0xffffffffu, M2, 1));

@@ -359,3 +359,56 @@ def test_i8_kernel_non_finite_inputs():
     assert np.all(~np.isfinite(r.o[1, heads0].get())) and np.all(r.tv_bound[1, heads0].get() == 1.0)
     assert np.array_equal(r.o[0].get(), clean.o[0].get())
     assert bool(cp.all(cp.isfinite(r.tv_bound[1, G:])))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pages", [False, True])
+def test_i8_kernel_exact_tier_non_finite_inputs(pages):
+    """Over the exact tier (the exact V pass finds a non-finite value in o, not value by value): a
+    NaN in an exact-tier token's V makes o NaN and the certificate +inf for every head of its kv
+    group, other requests and kv heads bit for bit as before; a NaN query head alone, beside an
+    exact page, poisons that head and no other (its non-finite o is not read as a bad value)."""
+    import cupy as cp
+
+    G, H = 4, 2
+    lengths = [100, 300]
+    pg, tg, k, v = filled_pool(np.random.default_rng(13), backend="cuda", lengths=lengths, H=H, d=D,
+                               exact_tier_pages=16)
+    _page_in_every(pg, tg[1], 3)
+    ip, ix, ll = on_device(pg, tg)
+    q = np.random.default_rng(14).standard_normal((2, H * G, D)).astype(np.float32)
+    cert = wc.CertConfig(tier="B", num_layers=1, steps=8)
+    P = int(np.diff(tg[0]).max()) if pages else 0
+
+    def run(qq):
+        pg.ledger.reset()
+        plan = pg._dev.plan(cp.asarray(qq), 0, ip, ix, ll, 1 / math.sqrt(D), cert, 3, stage1="i8", max_pages=P)
+        assert plan.stage1_template.endswith(f"{str(pages).lower()}, true>")
+        plan.launch()
+        return plan.result()
+
+    clean = run(q)
+    assert bool(cp.all(cp.isfinite(clean.tv_bound))) and bool(cp.all(cp.isfinite(clean.o)))
+    qn = q.copy()
+    qn[1, 2, 7] = np.nan
+    r = run(qn)
+    bad = np.zeros((2, H * G), bool)
+    bad[1, 2] = True
+    assert np.all(np.isnan(r.o.get()[bad])) and np.all(r.tv_bound.get()[bad] == 1.0)
+    for f in ("o", "lse", "cmax", "tv_bound"):
+        np.testing.assert_array_equal(getattr(r, f).get()[~bad], getattr(clean, f).get()[~bad], err_msg=f)
+    # a NaN value in an exact page of request 1 (kv head 1, channel 70); the write evicts the page,
+    # which is paged in again for both kv heads (kv head 0's row rewritten as it was)
+    pages1 = np.asarray(tg[1])[tg[0][1]:tg[0][2]]
+    page = int(next(p for p in pages1 if pg.tier_map[0][1][p] >= 0))
+    i = int(np.flatnonzero(tg[3][1] == page * 16 + 5)[0])
+    kk, vv = k[1][i:i + 1].copy(), v[1][i:i + 1].copy()
+    vv[0, 1, 70] = np.nan
+    pg.write(0, cp.asarray(tg[3][1][i:i + 1]), cp.asarray(kk), cp.asarray(vv))
+    assert not pg.is_exact(0, 1, page)
+    pg.page_in(0, 0, page), pg.page_in(0, 1, page)
+    r = run(q)
+    heads1 = np.arange(G, 2 * G)  # kv head 1's query heads
+    assert np.all(np.isnan(r.o[1, heads1].get())) and np.all(r.tv_bound[1, heads1].get() == 1.0)
+    assert np.array_equal(r.o[0].get(), clean.o[0].get()) and np.array_equal(r.o[1, :G].get(), clean.o[1, :G].get())
+    assert np.array_equal(r.tv_bound[1, :G].get(), clean.tv_bound[1, :G].get())
