@@ -13,7 +13,7 @@
 // 13.0) now fits the page-contribution instances in 168 without spills at every G and d, and 12
 // warps is not yet measured (docs/performance.md)
 #define I8_WARPS_PER_SM 12
-#define I8_WARPS_PER_SM_PAGES 8
+#define I8_WARPS_PER_SM_PAGES 12
 
 // shared memory (dynamic: 17–71 KB over D): per warp two buffers of staged rows and scales per side
 // and one tile of dither fields per side; the tile's partial logits of every warp (two buffers);
