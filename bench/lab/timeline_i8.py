@@ -9,7 +9,8 @@ Probes (``PROBES``, each inserted after one anchor line of cuda/decode_i8.cuh, c
 exactly once): the kernel's entry (with %globaltimer), the end of the set-up, in the first tile its
 start, after the Philox fields, after its K rows land, after the K products, after the exact K pass,
 after the barrier, before V, after the V products, its end (bit 63: the tile had exact-tier tokens),
-the second tile's end, the loop's end and the exit (with %globaltimer).  The probes' stores and the
+the second tile's end, the loop's end and the exit (with %globaltimer), and the set-up's steps
+(``SETUP``: the page table, the query, its exponents and digits, the certificate's coefficients).  The probes' stores and the
 clock reads cost a few dozen cycles each and the compiler may move work across them: compare phases,
 not single cycles.  The instrumented copy lives in a temporary directory; the library is not touched.
 """
@@ -28,12 +29,12 @@ SOURCE = "decode_i8.cuh"
 PHASES = ["start>philox", "philox>K landed", "K landed>K products", "K products>exact K", "exact K>barrier",
           "barrier>before V", "before V>V products", "V products>end"]
 
-# (anchor line, probe) — the probe goes on the line after the anchor; slot k of the CTA's 16
+# (anchor line, probe) — the probe goes on the line after the anchor; slot k of the CTA's 32
 _HELPERS = r'''
 __device__ unsigned long long wc_tl[1 << 18];
 WC_D unsigned long long wc_clk() { unsigned long long t; asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)); return t; }
 WC_D unsigned long long wc_gt() { unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
-#define WC_TL(k, v) do { if (threadIdx.x == 0) wc_tl[(((blockIdx.z * gridDim.y + blockIdx.y) * (u64)gridDim.x + blockIdx.x) << 4) + (k)] = (v); } while (0)
+#define WC_TL(k, v) do { if (threadIdx.x == 0) wc_tl[(((blockIdx.z * gridDim.y + blockIdx.y) * (u64)gridDim.x + blockIdx.x) << 5) + (k)] = (v); } while (0)
 '''
 PROBES = [
     ("    griddep_wait();  // before the first global access (griddep.cuh)", "    WC_TL(0, wc_gt()); WC_TL(1, wc_clk());"),
@@ -53,7 +54,27 @@ PROBES = [
      "        if (it == 0) WC_TL(11, wc_clk() | ((u64)(em != 0) << 63));\n"
      "        if (it == 1) WC_TL(12, wc_clk() | ((u64)(em != 0) << 63));"),
     ("    cp_async_wait_group<0>();\n", "    WC_TL(13, wc_clk());"),
+    # the set-up's steps (warp 0, whose lane 0 records): the first tile's staging issued (the page
+    # table read), the query in shared memory, the exponents, the digits, the evaluation term, Tier
+    # B's coefficients, the per-head constants, the barrier after Tier A's band coefficients
+    ("        stage(0, sl);  // the first tile's rows load during the set-up", "        WC_TL(16, wc_clk());"),
+    ("    __syncthreads();\n    prefetch_tier(te, sl);  // (here, not beside the first tile's staging: the tier map's entry is back)",
+     "    WC_TL(17, wc_clk());"),
+    ("        const bool hfin = fq != 0;", "        WC_TL(18, wc_clk());"),
+    ("                for (int dd = 0; dd < 3; ++dd) su.dig[dd][g][8 * gr + wi] = wd[dd];\n            }",
+     "            WC_TL(19, wc_clk());"),
+    ("            float b2 = 0.0f, b1 = 0.0f;", "            WC_TL(20, wc_clk());"),
+    ("                group_coefficients(smx, q1, q2, en, log_term, beta_steps, b2, b1);\n            }",
+     "            WC_TL(21, wc_clk());"),
+    ("            su.flags[g] = (hfin ? 0 : 1) | (cinf ? 2 : 0);\n        }\n    }", "    WC_TL(22, wc_clk());"),
+    ("    __syncthreads();\n    // head g's digits as A fragments in shared memory, its constants in registers",
+     "    WC_TL(23, wc_clk());"),
 ]
+# the set-up's phases: from the kernel's entry (slot 1) through slots 16–23 to the set-up's end (2)
+SETUP = [(1, 16, "entry>first tile staged"), (16, 17, "staged>query in smem"), (17, 18, "query>exponents"),
+         (18, 19, "exponents>digits"), (19, 20, "digits>evaluation term"), (20, 21, "evaluation>Tier B coefficients"),
+         (21, 22, "Tier B>head constants"), (22, 23, "head constants>barrier (Tier A bands)"),
+         (23, 2, "barrier>set-up end")]
 # before the exact V pass (after the V products): the last `if constexpr (EXACT) {` of the loop
 _BEFORE_EXACT_V = "        if constexpr (EXACT) {\n            if (em) {  // (warp-uniform) the exact-tier tokens' values"
 _KERNEL_END = "            store_split_stats(oi, dead, l, m * WC_LN2 + logf(l), lam, cm, gm, lse_part, lam_part, cmax_part, gam_part);\n        }\n    }\n}\n"
@@ -94,7 +115,7 @@ def make_tree(dst: Path) -> Path:
 
 
 def summarize(a, ns_ctas):
-    """Per-phase medians (cycles) of the CTAs' records ``a`` [n, 16] (uint64)."""
+    """Per-phase medians (cycles) of the CTAs' records ``a`` [n, 32] (uint64)."""
     import numpy as np
 
     valid = a[:, 11] != 0
@@ -104,7 +125,8 @@ def summarize(a, ns_ctas):
     g0, g1 = a[:, 0].astype(np.int64), a[:, 15].astype(np.int64)
     has_ex = ex.copy()
     out = {"ctas": ns_ctas, "ctas_with_exact_first_tile": int(ex.sum()),
-           "setup": int(np.median(c[:, 2] - c[:, 1])), "epilogue": int(np.median(c[:, 14] - c[:, 13])),
+           "setup": int(np.median(c[:, 2] - c[:, 1])),
+           "setup_phases": {nm: int(np.median(c[:, j] - c[:, i])) for i, j, nm in SETUP}, "epilogue": int(np.median(c[:, 14] - c[:, 13])),
            "cta_total": int(np.median(c[:, 14] - c[:, 1])), "cta_total_max": int((c[:, 14] - c[:, 1]).max()),
            "last_end_us": {"exact first tile": round(float((g1[has_ex] - g0.min()).max()) / 1e3, 2) if has_ex.any() else None,
                            "others": round(float((g1[~has_ex] - g0.min()).max()) / 1e3, 2)}}
@@ -150,14 +172,14 @@ def main(argv=None):
         mod = pkg._cuda.build._module(f"decode_i8_d{d}.cu", (plan.stage1_template,), (), None)
         buf = cp.ndarray((1 << 18,), cp.uint64, mod.get_global("wc_tl"))
         n = plan.ns * hkv * B
-        if n * 16 > buf.size:
-            ap.error(f"cases: {name} at {B}/{hq}/{hkv}/{ctx} has {n} CTAs, more than the probes' {buf.size // 16}")
+        if n * 32 > buf.size:
+            ap.error(f"cases: {name} at {B}/{hq}/{hkv}/{ctx} has {n} CTAs, more than the probes' {buf.size // 32}")
         for _ in range(3):  # the last of three launches (the first ones warm the caches and the clocks)
             buf[...] = 0
             plan.launch()
             cp.cuda.Device().synchronize()
         row = {"case": f"{name}:{B}/{hq}/{hkv}/{ctx}", "kernel": plan.stage1_template, "splits": plan.ns,
-               **summarize(buf[: n * 16].get().reshape(n, 16), n)}
+               **summarize(buf[: n * 32].get().reshape(n, 32), n)}
         print(json.dumps(row), flush=True)
         rows.append(row)
         case = plan = None
