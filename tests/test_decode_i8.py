@@ -373,7 +373,7 @@ def test_i8_kernel_exact_tier_non_finite_inputs(pages):
     G, H = 4, 2
     lengths = [100, 300]
     pg, tg, k, v = filled_pool(np.random.default_rng(13), backend="cuda", lengths=lengths, H=H, d=D,
-                               exact_tier_pages=16)
+                               exact_tier_pages=32)
     _page_in_every(pg, tg[1], 3)
     ip, ix, ll = on_device(pg, tg)
     q = np.random.default_rng(14).standard_normal((2, H * G, D)).astype(np.float32)
