@@ -301,7 +301,8 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
             // the split: Q = rint(q·2^S) = 2^16 a0 + 2^8 a1 + a2, r = q·2^S − Q (both exact)
             int sumQ = 0, sa0 = 0, sa1 = 0, sa2 = 0;
             double sr = 0.0;
-#pragma unroll 1
+            // (unrolled: the channels' chains are independent but for sr's, one warp runs this alone)
+#pragma unroll
             for (int wi = 0; wi < 8; ++wi) {
                 u32 wd[3] = {0u, 0u, 0u};
 #pragma unroll
@@ -320,8 +321,11 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
                     wd[1] |= ((u32)a1 & 0xFFu) << (8 * c);
                     wd[2] |= ((u32)a2 & 0xFFu) << (8 * c);
                 }
-#pragma unroll
-                for (int dd = 0; dd < 3; ++dd) su.dig[dd][g][8 * gr + wi] = wd[dd];
+                // straight into head g's A fragments: word wi is channels 32γ + 4wi .. + 3, the
+                // fragment's low half for wi < 4, its high half for the rest (thread t = wi mod 4)
+                u32* f01 = reinterpret_cast<u32*>(&sh.qd01[gr][g][wi & 3]) + 2 * (wi >> 2);
+                f01[0] = wd[0], f01[1] = wd[1];
+                reinterpret_cast<u32*>(&sh.qd2[gr][g][wi & 3])[wi >> 2] = wd[2];
             }
             // the evaluation term per unit of the token's scale (docs/certificate.md §11):
             // sm·2^(−9−S)·(65279·Σ|r| + 510·Σ|a2| + γ_n·(2^17·Σ(32767|a0| + 127|a1|) + 2^9·Σ(127|a2| +
@@ -352,8 +356,11 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
             if (gq != 0.0f && b2 == 0.0f) cs = INFINITY;
             csq = __fadd_ru(csq, cs);
             rq = fmaxf(rq, gq == 0.0f ? 0.0f : __fdiv_ru(gq, __fadd_rd(b1, gq)));
-            sh.cf[g][gr] =
-                make_float4(ldexpf(1.0f, 17 - delta), (float)ldexp(-255.0 * (double)sumQ, -delta), a1c, a2c);
+            // (2^(17 − δ) and 2^−δ built from their exponent bits, 0 ≤ δ ≤ 60: the products exact)
+            static_assert(WC_FORM_I_MAX_GROUP_SHIFT <= 143, "2^(17 − δ) a normal float");
+            sh.cf[g][gr] = make_float4(__int_as_float((127 + 17 - delta) << 23),
+                                       (float)(-255.0 * (double)sumQ * __longlong_as_double((i64)(1023 - delta) << 52)),
+                                       a1c, a2c);
         }
         csq = __fadd_ru(csq, __shfl_xor_sync(0xffffffffu, csq, 1));
         csq = __fadd_ru(csq, __shfl_xor_sync(0xffffffffu, csq, 2));
@@ -384,16 +391,7 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
         }
     }
     __syncthreads();
-    // head g's digits as A fragments in shared memory, its constants in registers
-    if (w == 0) {
-#pragma unroll
-        for (int gr = 0; gr < NG; ++gr) {
-            const int lo = 8 * gr + t, hi = 8 * gr + 4 + t;
-            sh.qd01[gr][g][t] = make_uint4(su.dig[0][g][lo], su.dig[1][g][lo], su.dig[0][g][hi], su.dig[1][g][hi]);
-            sh.qd2[gr][g][t] = make_uint2(su.dig[2][g][lo], su.dig[2][g][hi]);
-        }
-    }
-    // (rows g >= G: zero digits, flagged as not finite, never stored)
+    // head g's constants in registers (rows g >= G: zero digits, flagged as not finite, never stored)
     const float Fm = su.head[g][0], P1 = su.head[g][1], P2 = su.head[g][2], rho = su.head[g][3];
     const int hflags = su.flags[g];
     __syncthreads();  // the set-up's space is the dither tiles from here on

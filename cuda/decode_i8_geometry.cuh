@@ -45,7 +45,6 @@ struct I8Smem {
 template <int D>
 struct I8Setup {
     float q[8][D];           // the G query rows
-    u32 dig[3][8][D / 4];    // digits a0, a1, a2 per head, four channels a word
     float head[8][4];        // per head: Fm, P1, P2, ρ
     int flags[8];            // per head: bit 0 query not finite, bit 1 coefficients overflow
 };

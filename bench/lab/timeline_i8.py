@@ -61,13 +61,13 @@ PROBES = [
     ("    __syncthreads();\n    prefetch_tier(te, sl);  // (here, not beside the first tile's staging: the tier map's entry is back)",
      "    WC_TL(17, wc_clk());"),
     ("        const bool hfin = fq != 0;", "        WC_TL(18, wc_clk());"),
-    ("                for (int dd = 0; dd < 3; ++dd) su.dig[dd][g][8 * gr + wi] = wd[dd];\n            }",
+    ("                reinterpret_cast<u32*>(&sh.qd2[gr][g][wi & 3])[wi >> 2] = wd[2];\n            }",
      "            WC_TL(19, wc_clk());"),
     ("            float b2 = 0.0f, b1 = 0.0f;", "            WC_TL(20, wc_clk());"),
     ("                group_coefficients(smx, q1, q2, en, log_term, beta_steps, b2, b1);\n            }",
      "            WC_TL(21, wc_clk());"),
     ("            su.flags[g] = (hfin ? 0 : 1) | (cinf ? 2 : 0);\n        }\n    }", "    WC_TL(22, wc_clk());"),
-    ("    __syncthreads();\n    // head g's digits as A fragments in shared memory, its constants in registers",
+    ("    __syncthreads();\n    // head g's constants in registers (rows g >= G: zero digits, flagged as not finite, never stored)",
      "    WC_TL(23, wc_clk());"),
 ]
 # the set-up's phases: from the kernel's entry (slot 1) through slots 16–23 to the set-up's end (2)
