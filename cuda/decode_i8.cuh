@@ -754,36 +754,39 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
             if (em) {  // (warp-uniform) the exact-tier tokens' values: o += p̃·v in fp32, head g's p̃ of
                 // token 8n + 2t' + i from its thread (g, t'), channels 64w + 16cb + 4t .. + 3; a
                 // non-finite value is found in o at the end, not value by value
+                // rounds of four tokens 4r .. 4r + 3 (those with an exact-tier token), their rows read
+                // first whether or not they are exact (entry 0's row for a token off the tier,
+                // unused), then added in token order.  A loop, not unrolled: this code runs in few
+                // tiles, and each run of it fetches its instructions anew
+#pragma unroll 1
+                for (int r = 0; r < 8; ++r) {
+                    if (!((em >> (4 * r)) & 0xFu)) continue;
+                    const int n = r >> 1;
+                    float pn[2] = {p[0][0], p[0][1]};  // p[n], n a loop variable: selected, not indexed
 #pragma unroll
-                for (int n = 0; n < 4; ++n) {
-                    if (!((em >> (8 * n)) & 0xFFu)) continue;
-                    // four tokens at a time, their rows read first whether or not they are exact
-                    // (entry 0's row for a token off the tier, unused), then added in token order
+                    for (int n2 = 1; n2 < 4; ++n2)
+                        if (n2 == n) pn[0] = p[n2][0], pn[1] = p[n2][1];
+                    uint2 vw[4][4];
+                    float pt[4];
 #pragma unroll
-                    for (int hf = 0; hf < 2; ++hf) {
-                        uint2 vw[4][4];
-                        float pt[4];
+                    for (int j = 0; j < 4; ++j) {
+                        const int tk = 4 * r + j;  // thread (g, tk mod 8 / 2)'s token i = j mod 2 of block n
+                        pt[j] = __shfl_sync(0xffffffffu, pn[j & 1], (lane & ~3) | ((tk & 7) >> 1));
+                        const int e = __shfl_sync(0xffffffffu, te, tk);
+                        const u16* vr = i8_tier_row<D>(tier_v, e, __shfl_sync(0xffffffffu, slot, tk), page_shift) +
+                                        I8_WARP_CH * w + 4 * t;
 #pragma unroll
-                        for (int j = 0; j < 4; ++j) {
-                            const int tt = 2 * hf + j / 2, tk = 8 * n + 2 * tt + (j & 1);
-                            pt[j] = __shfl_sync(0xffffffffu, p[n][j & 1], (lane & ~3) | tt);
-                            const int e = __shfl_sync(0xffffffffu, te, tk);
-                            const u16* vr = i8_tier_row<D>(tier_v, e, __shfl_sync(0xffffffffu, slot, tk), page_shift) +
-                                            I8_WARP_CH * w + 4 * t;
+                        for (int cb = 0; cb < 4; ++cb) vw[j][cb] = *reinterpret_cast<const uint2*>(vr + 16 * cb);
+                    }
 #pragma unroll
-                            for (int cb = 0; cb < 4; ++cb) vw[j][cb] = *reinterpret_cast<const uint2*>(vr + 16 * cb);
-                        }
+                    for (int j = 0; j < 4; ++j) {
+                        if (!((em >> (4 * r + j)) & 1u)) continue;
 #pragma unroll
-                        for (int j = 0; j < 4; ++j) {
-                            const int tk = 8 * n + 4 * hf + j;
-                            if (!((em >> tk) & 1u)) continue;
+                        for (int cb = 0; cb < 4; ++cb) {
+                            float v4[4];
+                            f16_x4(vw[j][cb], v4);
 #pragma unroll
-                            for (int cb = 0; cb < 4; ++cb) {
-                                float v4[4];
-                                f16_x4(vw[j][cb], v4);
-#pragma unroll
-                                for (int k = 0; k < 4; ++k) o[cb][k] = __fmaf_rn(pt[j], v4[k], o[cb][k]);
-                            }
+                            for (int k = 0; k < 4; ++k) o[cb][k] = __fmaf_rn(pt[j], v4[k], o[cb][k]);
                         }
                     }
                 }
