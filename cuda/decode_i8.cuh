@@ -560,8 +560,7 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
         l = __fmaf_rn(l, alpha, psum);
         if constexpr (CERT) {  // the certificate's c_t (log2 units, with the slack), cmax and λ's sum: the
             // warp's NBW 8-token blocks, at most two (one 16-token page) under each new maximum
-            // (one instance, an exact-tier token's c_t behind a per-block branch: a second one for tiles
-            // without such tokens left the rarely run copy to fetch its instructions each time)
+            // (two instances: a tile without exact-tier tokens runs none of their code, warp-uniformly)
             auto certify = [&](auto exact_tile) {
                 constexpr bool EX = decltype(exact_tile)::value;
                 constexpr int NC = NBW < 2 ? NBW : 2;  // 8-token blocks per chunk
@@ -678,7 +677,8 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
                     }
                 }
             };
-            certify(WcBool<EXACT>{});
+            if (EXACT && em) certify(WcBool<EXACT>{});
+            else certify(WcBool<false>{});
         }
         // 4. V over the warp's two groups: P' = p̃·s per token and group, its digits, o += P'·V̂
 #pragma unroll
