@@ -10,8 +10,6 @@ WC_D u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 
 // the 128-byte line holding `p` brought into L2 (no register written, nothing waits for it)
 WC_D void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-// the same line brought into L1, whose hit the later loads of it then wait for
-WC_D void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 
 // 16 bytes, bypassing L1 (streamed codes are read once)
 WC_D void cp_async16(void* dst, const void* src) {

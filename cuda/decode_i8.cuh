@@ -206,14 +206,6 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
             prefetch_l2(i8_tier_row<D>(tier_v, e, (u32)sl_, page_shift) + I8_WARP_CH * w);
         }
     };
-    // and at the start of their tile from L2 into L1: the exact passes' loads, a few rounds of them
-    // per tile each waiting for its rows, then wait on L1 hits, not on L2 under the stream's load
-    auto prefetch_tier_l1 = [&](int e, i64 sl_) {
-        if (EXACT && e >= 0) {
-            prefetch_l1(i8_tier_row<D>(tier_k, e, (u32)sl_, page_shift) + I8_WARP_CH * w);
-            prefetch_l1(i8_tier_row<D>(tier_v, e, (u32)sl_, page_shift) + I8_WARP_CH * w);
-        }
-    };
     auto stage = [&](int buf, i64 sl_) {
         const bool v = sl_ >= 0;
         const u32 slot = v ? (u32)sl_ : 0u;
@@ -421,7 +413,6 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
         const u32 slot = valid ? (u32)sl : 0u;
         const u32 vm = __ballot_sync(0xffffffffu, valid);
         const u32 em = EXACT ? __ballot_sync(0xffffffffu, te >= 0) : 0u;  // the tile's exact-tier tokens
-        prefetch_tier_l1(te, sl);
         // the next tile's rows start loading now (the warp's buffer they land in was last read by
         // its previous tile, which every lane finished before the closing __syncwarp)
         const i64 sln = slot_at(t0 + I8_TILE, pg);
