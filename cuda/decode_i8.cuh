@@ -482,25 +482,15 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
                     const u16* kr0 = i8_tier_row<D>(tier_k, e0, __shfl_sync(0xffffffffu, slot, tk), page_shift) + I8_WARP_CH * w;
                     const u16* kr1 = i8_tier_row<D>(tier_k, e1, __shfl_sync(0xffffffffu, slot, tk + 1), page_shift) + I8_WARP_CH * w;
                     float acc0 = 0.0f, aac0 = 0.0f, acc1 = 0.0f, aac1 = 0.0f;
-                    // two rounds of 32 channels: both rows' 64 bytes loaded, then used in channel order
-#pragma unroll 1
-                    for (int c0 = 0; c0 < I8_WARP_CH; c0 += 32) {
-                        uint4 r0[4], r1[4];
-#pragma unroll
-                        for (int i = 0; i < 4; ++i)
-                            r0[i] = *reinterpret_cast<const uint4*>(kr0 + c0 + 8 * i),
-                            r1[i] = *reinterpret_cast<const uint4*>(kr1 + c0 + 8 * i);
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) {
-                            const float4 qa = *reinterpret_cast<const float4*>(qg_ + c0 + 8 * i);
-                            const float4 qb = *reinterpret_cast<const float4*>(qg_ + c0 + 8 * i + 4);
-                            float x[4];
-                            // (products and sums each rounded, as the twin's blocked_dot: no contraction)
-                            f16_x4(make_uint2(r0[i].x, r0[i].y), x), i8_exact_dot4(qa, x, acc0, aac0);
-                            f16_x4(make_uint2(r0[i].z, r0[i].w), x), i8_exact_dot4(qb, x, acc0, aac0);
-                            f16_x4(make_uint2(r1[i].x, r1[i].y), x), i8_exact_dot4(qa, x, acc1, aac1);
-                            f16_x4(make_uint2(r1[i].z, r1[i].w), x), i8_exact_dot4(qb, x, acc1, aac1);
-                        }
+#pragma unroll 4
+                    for (int c = 0; c < I8_WARP_CH; c += 4) {
+                        const float4 qv = *reinterpret_cast<const float4*>(qg_ + c);
+                        float x0[4], x1[4];
+                        f16_x4(*reinterpret_cast<const uint2*>(kr0 + c), x0);
+                        f16_x4(*reinterpret_cast<const uint2*>(kr1 + c), x1);
+                        // (products and sums each rounded, as the twin's blocked_dot: no contraction)
+                        i8_exact_dot4(qv, x0, acc0, aac0);
+                        i8_exact_dot4(qv, x1, acc1, aac1);
                     }
                     if (e0 >= 0) sh.xp[buf][w][g][tk] = acc0;
                     if (e1 >= 0) sh.xp[buf][w][g][tk + 1] = acc1;

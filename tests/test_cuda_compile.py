@@ -240,7 +240,7 @@ def test_dot_heights_are_the_kernels_summation_orders():
 
     src = (_cuda.kernel_dir() / "decode_i8.cuh").read_text()
     assert certificate.FORM_I_EXACT_ORDER == (geo.I8_WARP_CH, "tree")
-    assert "for (int c0 = 0; c0 < I8_WARP_CH; c0 += 32) {" in src and "acc = __fadd_rn(acc, p[c]), aac = __fadd_rn(aac, fabsf(p[c]));" in src
+    assert "for (int c = 0; c < I8_WARP_CH; c += 4) {" in src and "acc = __fadd_rn(acc, p[c]), aac = __fadd_rn(aac, fabsf(p[c]));" in src
     assert "i8_exact_dot4(qv, x0, acc0, aac0);" in src and "i8_exact_dot4(qv, x1, acc1, aac1);" in src
     assert "ad[ww] = __fadd_ru(ad[ww], ad[ww + span]);" in src and "lt[n][0] = __fmul_rn(pw[0].x, SL);" in src
     assert [certificate.sum_height(d, *certificate.FORM_I_EXACT_ORDER) for d in (64, 128, 256)] == [64, 65, 66]
