@@ -36,8 +36,7 @@ WC_D SmSplit sm_split(float sm) {
 // normal powers of two: exact wherever ldexpf(x, -e) is a normal number, and 0 (flushed) wherever it
 // is not, as ldexpf's own multiplies give under -ftz=true.  Why not ldexpf: it splits its factor for
 // any exponent, four multiplies per entry on the set-up's chain (a short step, B = 1, waits for it);
-// here e lies in [-125, 128], so -e splits into two halves in [-64, 63] (any e in [-250, 250] splits
-// into normal halves).
+// here e lies in [-125, 128], so -e splits into two halves in [-64, 63].
 struct Pow2Down {
     float a, b;
     WC_D explicit Pow2Down(int e) {

@@ -26,7 +26,6 @@ typedef unsigned char u8;
 #endif
 
 #define WC_F32_MAX 3.4028234663852886e38f
-#define WC_F32_MIN_NORMAL 1.1754943508222875e-38f
 #define WC_F64_MAX 1.7976931348623157e308
 
 // NVRTC has no <math.h>: define the two macros the kernels use (nvcc already has them).

@@ -293,19 +293,13 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
             // the split: Q = rint(q·2^S) = 2^16 a0 + 2^8 a1 + a2, r = q·2^S − Q (both exact)
             int sumQ = 0, sa0 = 0, sa1 = 0, sa2 = 0;
             double sr = 0.0;
-            // q·2^S by two multiplies (S in [−106, 207]: halves of normal powers of two), exact where
-            // the result is a normal number; elsewhere (a tiny result, or a subnormal entry) ldexpf's
-            // own value, so every entry is what ldexpf gives
-            const Pow2Down up(-S);
             // (unrolled: the channels' chains are independent but for sr's, one warp runs this alone)
 #pragma unroll
             for (int wi = 0; wi < 8; ++wi) {
                 u32 wd[3] = {0u, 0u, 0u};
 #pragma unroll
                 for (int c = 0; c < 4; ++c) {
-                    const float qx = qg[4 * wi + c];
-                    float qs = hfin ? up(qx) : 0.0f;
-                    if (hfin && qx != 0.0f && !(fabsf(qs) >= WC_F32_MIN_NORMAL)) qs = ldexpf(qx, S);
+                    const float qs = hfin ? ldexpf(qg[4 * wi + c], S) : 0.0f;
                     const float qf = rintf(qs);
                     const int Q = (int)qf;
                     sr = __dadd_ru(sr, (double)fabsf(qs - qf));
