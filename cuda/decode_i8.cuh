@@ -413,6 +413,8 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
         const u32 slot = valid ? (u32)sl : 0u;
         const u32 vm = __ballot_sync(0xffffffffu, valid);
         const u32 em = EXACT ? __ballot_sync(0xffffffffu, te >= 0) : 0u;  // the tile's exact-tier tokens
+        // the thread's tokens 8n + 2t + i at bits 8n + i: each test of them a constant shift
+        const u32 emt = em >> (2 * t);
         // the next tile's rows start loading now (the warp's buffer they land in was last read by
         // its previous tile, which every lane finished before the closing __syncwarp)
         const i64 sln = slot_at(t0 + I8_TILE, pg);
@@ -518,8 +520,10 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
             lt[n][0] = __fmul_rn(__fmul_rn(__fmul_rn(pw[0].x, Fm), P1), P2);
             lt[n][1] = __fmul_rn(__fmul_rn(__fmul_rn(pw[0].y, Fm), P1), P2);
             if constexpr (EXACT) {  // an exact-tier token's logit: its fp32 dot product times SL
-                if ((em >> (8 * n + 2 * t)) & 1u) lt[n][0] = __fmul_rn(pw[0].x, SL);
-                if ((em >> (8 * n + 2 * t + 1)) & 1u) lt[n][1] = __fmul_rn(pw[0].y, SL);
+                if (em) {  // (warp-uniform: a tile without such tokens skips the tests)
+                    if ((emt >> (8 * n)) & 1u) lt[n][0] = __fmul_rn(pw[0].x, SL);
+                    if ((emt >> (8 * n + 1)) & 1u) lt[n][1] = __fmul_rn(pw[0].y, SL);
+                }
             }
         }
         // 3. the online softmax over the tile (head g: the quad's 32 tokens)
@@ -684,7 +688,7 @@ __global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WAR
                 for (int i = 0; i < 2; ++i) {
                     const float sv = f16_to_f32(sh.vs[buf][w][8 * n + 2 * t + i][gg]);
                     // (an exact-tier token's values come from the tier: none here)
-                    const bool ex = EXACT && ((em >> (8 * n + 2 * t + i)) & 1u);
+                    const bool ex = EXACT && ((emt >> (8 * n + i)) & 1u);
                     if (((vm >> (8 * n + 2 * t + i)) & 1u) && !ex && !is_finite32(sv)) vbad = true;
                     pp[n][i] = ex ? 0.0f : __fmul_rn(p[n][i], sv);
                     pm = fmaxf(pm, pp[n][i]);
