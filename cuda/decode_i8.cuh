@@ -129,7 +129,7 @@ WC_D u32 dynamic_smem_bytes() {
 }
 
 template <int D, int G, int TIER, bool PAGES, bool EXACT>
-__global__ void __launch_bounds__(D / 2, (PAGES ? I8_WARPS_PER_SM_PAGES : I8_WARPS_PER_SM) * I8_WARP_CH / D)
+__global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
     decode_stage1_i8(const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
                      const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
                      const int* __restrict__ kv_last_page_len, float* __restrict__ o_part,

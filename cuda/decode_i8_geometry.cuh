@@ -8,12 +8,10 @@
 // channels per warp (two scale groups of 32): D / I8_WARP_CH warps per CTA
 #define I8_WARP_CH 64
 // minimum resident warps per SM the register budget is set for: 12 (three a scheduler: 168
-// registers); with page contributions 8 (two a scheduler: up to 255; 10 warps leave three on some
-// scheduler, which is 168 again).  Set to 8 when 168 spilled 24–32 bytes at some G; ptxas (CUDA
-// 13.0) now fits the page-contribution instances in 168 without spills at every G and d, and 12
-// warps is not yet measured (docs/performance.md)
+// registers), every instance: those with page contributions too fit 168 without spills at every G
+// and d, and measured 8–10% faster there than at 8 warps (up to 255 registers) at B = 8, 4% slower
+// at B = 1 (docs/performance.md)
 #define I8_WARPS_PER_SM 12
-#define I8_WARPS_PER_SM_PAGES 12
 
 // shared memory (dynamic: 17–71 KB over D): per warp two buffers of staged rows and scales per side
 // and one tile of dither fields per side; the tile's partial logits of every warp (two buffers);
