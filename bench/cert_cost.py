@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from shapes import parse_shapes  # (bench/, beside this file)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 BASE_NAME = "witcert_base"
@@ -177,12 +179,9 @@ def main(argv=None):
     if bad or not args.configs:
         ap.error(f"--configs: unknown configuration {bad[0] if bad else '(none given)'}; choose from {', '.join(known)}")
     try:
-        args.shapes = [tuple(int(x) for x in s.split("/")) for s in args.shapes.split(",") if s]
-    except ValueError:
-        args.shapes = []
-    if not args.shapes or any(len(s) != 4 or min(s) < 1 or s[1] % s[2] or s[3] % PAGE for s in args.shapes):
-        ap.error(f"--shapes: each shape is B/Hq/Hkv/context, positive integers, Hq a multiple of Hkv, context a "
-                 f"multiple of {PAGE}")
+        args.shapes = list(parse_shapes(args.shapes, PAGE))
+    except ValueError as e:
+        ap.error(f"--shapes: {e}")
     if args.make_baseline:
         make_baseline(args.make_baseline[0], Path(args.make_baseline[1]))
         return 0

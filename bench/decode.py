@@ -37,6 +37,7 @@ from witcert_cupy._cuda.capture import join_forks  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_clocks import ClockSampler  # noqa: E402
+from shapes import parse_shapes  # noqa: E402,F401  (the benchmarks' --shapes, lab scripts' bd.parse_shapes)
 
 D = 128
 PAGE = 16
@@ -115,10 +116,6 @@ def time_torch(launches, reps):
     return _timed(statistics.median(times), times, sampler)
 
 
-def parse_shapes(text):
-    """``"1/28/4/32768,8/32/8/32768"`` → ``((1, 28, 4, 32768), (8, 32, 8, 32768))``: (batch, Hq, Hkv,
-    context) per shape, the benchmarks' ``--shapes`` option."""
-    return tuple(tuple(int(x) for x in sh.split("/")) for sh in text.split(","))
 
 
 def cert_modes(fp16, uncertified_too):

@@ -23,6 +23,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT / "bench") not in sys.path:
+    sys.path.insert(0, str(ROOT / "bench"))
+from shapes import parse_shape  # noqa: E402  (the benchmarks' one shape parser)
+
 STAGE1 = ("auto", "v1", "v2", "i8")
 
 
@@ -31,12 +35,7 @@ def parse_case(text, configs):
     parts = text.split(":")
     if len(parts) < 2 or parts[0] not in configs:
         raise ValueError(f"{text!r}: CONFIG:B/Hq/Hkv/context[:STAGE1][:clear], CONFIG one of {', '.join(configs)}")
-    try:
-        dims = tuple(int(x) for x in parts[1].split("/"))
-    except ValueError:
-        dims = ()
-    if len(dims) != 4 or min(dims) < 1 or dims[1] % dims[2]:
-        raise ValueError(f"{text!r}: the shape is B/Hq/Hkv/context, positive integers, Hq a multiple of Hkv")
+    dims = parse_shape(parts[1])
     rest = parts[2:]
     clear = "clear" in rest
     rest = [r for r in rest if r != "clear"]
