@@ -299,10 +299,13 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                 u32 wd[3] = {0u, 0u, 0u};
 #pragma unroll
                 for (int c = 0; c < 4; ++c) {
-                    const float qs = hfin ? ldexpf(qg[4 * wi + c], S) : 0.0f;
+                    const float qv = hfin ? qg[4 * wi + c] : 0.0f;
+                    const float qs = ldexpf(qv, S);
                     const float qf = rintf(qs);
                     const int Q = (int)qf;
-                    sr = __dadd_ru(sr, (double)fabsf(qs - qf));
+                    // an entry the scaling flushes has Q = 0 and a residual below 2^-126, counted at that
+                    // bound (a subnormal qv was flushed on reading: g₀'s, §10.3)
+                    sr = __dadd_ru(sr, qs == 0.0f && fabsf(qv) >= 0x1p-126f ? 0x1p-126 : (double)fabsf(qs - qf));
                     const int a2 = ((Q + 128) & 255) - 128;
                     const int q1 = (Q - a2) >> 8;
                     const int a1 = ((q1 + 128) & 255) - 128;

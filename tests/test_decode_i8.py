@@ -33,7 +33,17 @@ def _queries(rng, d=D):
     sub[::3] = 1e-40
     rows.append(sub)
     rows.append(_half_residuals(rng, d))
+    rows.append(_flushed_group(rng, d))
     return [r.astype(np.float32) for r in rows]
+
+
+def _flushed_group(rng, d=D):
+    """A 2^127 entry, and a group 207 binades below it: its shift is capped at FORM_I_MAX_GROUP_SHIFT,
+    so its entries scale to 1.5·2^-127 and flush to zero — Q = 0, the residual the whole entry."""
+    q = rng.standard_normal(d)
+    q[0] = 2.0 ** 127
+    q[GS:2 * GS] = rng.choice([-1.0, 1.0], GS) * 1.5 * 2.0 ** -81
+    return q
 
 
 def _half_residuals(rng, d=D):
@@ -81,6 +91,25 @@ def test_query_split_is_exact_and_in_range():
     bad = rng.standard_normal(D).astype(np.float32)
     bad[5] = np.nan
     assert not _split(bad)[0]
+
+
+def test_split_counts_the_residuals_its_scaling_flushes():
+    """Each group's term covers 65279·Σ|r| of its true residuals r = q·2^S − Q, those of entries the
+    scaling flushes to zero included (a group capped FORM_I_MAX_GROUP_SHIFT binades below its head can
+    sit so far below it that every q·2^S is under 2^-126): read as 0 they would leave the term short
+    in that group.  Entries below 2^-126 before scaling are g₀'s (docs/certificate.md §10.3)."""
+    rng = np.random.default_rng(4)
+    for sm in (1 / math.sqrt(D), 2.0 ** -80):
+        for qv in _queries(rng):
+            ok, dig, sh, (_, _, _, gq, _, _, _) = _split(qv, sm)
+            assert ok
+            q64 = np.where(np.abs(qv) < 2.0 ** -126, 0.0, qv.astype(np.float64))
+            for gr in range(D // GS):
+                ch = slice(gr * GS, (gr + 1) * GS)
+                Q = 65536 * dig[0, ch] + 256 * dig[1, ch] + dig[2, ch]
+                resid = np.abs(np.ldexp(q64[ch], int(sh[gr])) - Q).sum()  # (float64: nothing flushed)
+                need = float(np.float32(sm)) * math.ldexp(C.FORM_I_RESIDUAL_BOUND * resid, -9 - int(sh[gr]))
+                assert float(gq[gr]) >= need, (gr, float(gq[gr]), need)
 
 
 def _tokens(rng, n, d=D):
@@ -313,6 +342,38 @@ def test_i8_kernel_matches_its_cpu_twin(d, G, page, tier, pages, exact):
                     np.testing.assert_allclose(tot, 0.0, atol=2e-5)
         else:
             assert rg.page_contrib is None
+
+
+@pytest.mark.gpu
+def test_i8_kernel_splits_extreme_queries_as_its_twin():
+    """The query split on the GPU (its flush to zero included) against the twin's, on the rows of
+    ``_queries`` (40 decades, a group 2^70 above the others, norms 2^±100, subnormal entries, residuals
+    of 1/2, a group whose scaled entries all flush) at sm = 2^-80: a one-token request's lse is its
+    logit, the certificate's cmax and Γ the twin's, every bound sound against the float64 TV."""
+    import cupy as cp
+
+    rows = _queries(np.random.default_rng(5))
+    H, G = 2, len(rows) // 2
+    lengths = [1, 300]
+    (pc, tc, _, _), (pg, tg, _, _) = _gpu_pools(15, lengths=lengths, H=H, d=D)
+    q = np.stack([np.stack(rows[:H * G])] * len(lengths))
+    sm = 2.0 ** -80
+    cert = wc.CertConfig(tier="B", num_layers=1, steps=8)
+    with cpu_dot_order(certificate.FORM_I_ORDER):
+        rc = wc.decode_attention(q, pc, layer=0, kv_indptr=tc[0], kv_indices=tc[1], kv_last_page_len=tc[2],
+                                 sm_scale=sm, cert=cert, num_splits=2)
+    ip, ix, ll = on_device(pg, tg)
+    plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, sm, cert, 2, stage1="i8")
+    plan.launch()
+    rg = plan.result()
+    np.testing.assert_allclose(rg.lse[0].get(), rc.lse[0], rtol=2e-7, atol=1e-30)
+    np.testing.assert_allclose(rg.cmax.get(), rc.cmax, rtol=1e-5)
+    assert np.all(rg.gamma.get() >= rc.gamma * (1 - 1e-6))
+    pt = page_table(pc, tc)
+    for b in range(len(lengths)):
+        rows_b = reference.request_rows(pc, 0, pt, b)
+        tv = reference.true_tv(q[b], rows_b["k_exact"], rows_b["k_hat"], sm_scale=sm)
+        assert np.all(tv <= rg.tv_bound[b].get())
 
 
 def _nan_query_head_alone(run, q, clean, fields):

@@ -81,10 +81,12 @@ def query_split(qv, group_size, sm_m, e_sm, gamma_eval, digits, shift, w1, w2, c
         sa0 = sa1 = sa2 = 0
         sr = 0.0
         for c in range(gr * group_size, (gr + 1) * group_size):
-            qs = _ftz(np.float32(math.ldexp(np.float64(_ftz(qv[c])), S)))
+            qin = _ftz(qv[c])
+            qs = _ftz(np.float32(math.ldexp(np.float64(qin), S)))
             qf = np.float32(np.rint(qs))
             Q = np.int64(qf)
-            sr += abs(np.float64(qs) - np.float64(qf))
+            # (an entry the scaling flushes has Q = 0 and a residual below 2^-126, counted at that bound)
+            sr += _MIN_NORMAL if qs == 0.0 and qin != 0.0 else abs(np.float64(qs) - np.float64(qf))
             a2 = ((Q + 128) & 255) - 128
             q1 = (Q - a2) >> 8
             a1 = ((q1 + 128) & 255) - 128
