@@ -206,7 +206,9 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
             prefetch_l2(i8_tier_row<D>(tier_v, e, (u32)sl_, page_shift) + I8_WARP_CH * w);
         }
     };
-    auto stage = [&](int buf, i64 sl_) {
+    // (an exact-tier token's V scales land as zeros: its P' is then 0 in the integer products, with
+    // no test per token there; its values come from the tier)
+    auto stage = [&](int buf, i64 sl_, int te_) {
         const bool v = sl_ >= 0;
         const u32 slot = v ? (u32)sl_ : 0u;
         const u32 vm = __ballot_sync(0xffffffffu, v);
@@ -221,7 +223,7 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
             cp_async16_zfill(&sh.codes[buf][w][1][so], codes + rowv * D + co, vr);
         }
         i8_copy_scales<NG>(&sh.ks[buf][w][lane][0], scales + (rowk + slot) * NG, v);
-        cp_async4_zfill(&sh.vs[buf][w][lane][0], scales + (rowv + slot) * NG + 2 * w, v);
+        cp_async4_zfill(&sh.vs[buf][w][lane][0], scales + (rowv + slot) * NG + 2 * w, v && te_ < 0);
         if constexpr (TA)  // the token's K witness row (NB fp16 band sums, 16-byte pieces)
             for (int k = 0; k < NB; k += 8)
                 cp_async16_zfill(&wit_s[((buf * NW + w) * I8_TILE + lane) * NB + k], wit + (rowk + slot) * NB + k, v);
@@ -233,7 +235,7 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
         pg = page_of(ta);
         sl = slot_at(ta, pg);
         te = tier_entry(sl);
-        stage(0, sl);  // the first tile's rows load during the set-up
+        stage(0, sl, te);  // the first tile's rows load during the set-up
         pg = page_of(ta + I8_TILE);
     }
 
@@ -422,7 +424,7 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
         // its previous tile, which every lane finished before the closing __syncwarp)
         const i64 sln = slot_at(t0 + I8_TILE, pg);
         const int ten = tier_entry(sln);
-        if (t0 + I8_TILE < tb) stage(buf ^ 1, sln);
+        if (t0 + I8_TILE < tb) stage(buf ^ 1, sln, ten);
         else cp_async_commit();  // (an empty group keeps the wait below uniform)
         pg = page_of(t0 + 2 * I8_TILE);
         // 1. this tile's dither fields of the warp's channels, j' = 255 − j
@@ -689,11 +691,10 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
             for (int n = 0; n < 4; ++n)
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {
+                    // (an exact-tier token's scale was staged as 0: P' = 0, its values come from the tier)
                     const float sv = f16_to_f32(sh.vs[buf][w][8 * n + 2 * t + i][gg]);
-                    // (an exact-tier token's values come from the tier: none here)
-                    const bool ex = EXACT && ((emt >> (8 * n + i)) & 1u);
-                    if (((vm >> (8 * n + 2 * t + i)) & 1u) && !ex && !is_finite32(sv)) vbad = true;
-                    pp[n][i] = ex ? 0.0f : __fmul_rn(p[n][i], sv);
+                    if (((vm >> (8 * n + 2 * t + i)) & 1u) && !is_finite32(sv)) vbad = true;
+                    pp[n][i] = __fmul_rn(p[n][i], sv);
                     pm = fmaxf(pm, pp[n][i]);
                     ps += pp[n][i];
                 }
