@@ -200,15 +200,16 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
     };
     // an exact-tier token's rows (the warp's 64 channels of K and V: a 128-byte line each) brought
     // into L2 a tile ahead of the passes that read them, whose loads then wait on L2, not DRAM
-    auto prefetch_tier = [&](int e, i64 sl_) {
+    auto prefetch_tier = [&](int e, i64 sl_, int ww) {
         if (EXACT && e >= 0) {
-            prefetch_l2(i8_tier_row<D>(tier_k, e, (u32)sl_, page_shift) + I8_WARP_CH * w);
-            prefetch_l2(i8_tier_row<D>(tier_v, e, (u32)sl_, page_shift) + I8_WARP_CH * w);
+            prefetch_l2(i8_tier_row<D>(tier_k, e, (u32)sl_, page_shift) + I8_WARP_CH * ww);
+            prefetch_l2(i8_tier_row<D>(tier_v, e, (u32)sl_, page_shift) + I8_WARP_CH * ww);
         }
     };
     // (an exact-tier token's V scales land as zeros: its P' is then 0 in the integer products, with
     // no test per token there; its values come from the tier)
-    auto stage = [&](int buf, i64 sl_, int te_) {
+    // a tile's rows into warp ww's buffers (its channels), committed as one group of this thread
+    auto stage = [&](int buf, i64 sl_, int te_, int ww) {
         const bool v = sl_ >= 0;
         const u32 slot = v ? (u32)sl_ : 0u;
         const u32 vm = __ballot_sync(0xffffffffu, v);
@@ -218,26 +219,34 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
             const u32 sr = __shfl_sync(0xffffffffu, slot, r);
             const bool vr = (vm >> r) & 1u;
             const int so = i8_off(r, lane & 3);
-            const i64 co = (i64)sr * D + I8_WARP_CH * w + 16 * (lane & 3);
-            cp_async16_zfill(&sh.codes[buf][w][0][so], codes + rowk * D + co, vr);
-            cp_async16_zfill(&sh.codes[buf][w][1][so], codes + rowv * D + co, vr);
+            const i64 co = (i64)sr * D + I8_WARP_CH * ww + 16 * (lane & 3);
+            cp_async16_zfill(&sh.codes[buf][ww][0][so], codes + rowk * D + co, vr);
+            cp_async16_zfill(&sh.codes[buf][ww][1][so], codes + rowv * D + co, vr);
         }
-        i8_copy_scales<NG>(&sh.ks[buf][w][lane][0], scales + (rowk + slot) * NG, v);
-        cp_async4_zfill(&sh.vs[buf][w][lane][0], scales + (rowv + slot) * NG + 2 * w, v && te_ < 0);
+        i8_copy_scales<NG>(&sh.ks[buf][ww][lane][0], scales + (rowk + slot) * NG, v);
+        cp_async4_zfill(&sh.vs[buf][ww][lane][0], scales + (rowv + slot) * NG + 2 * ww, v && te_ < 0);
         if constexpr (TA)  // the token's K witness row (NB fp16 band sums, 16-byte pieces)
             for (int k = 0; k < NB; k += 8)
-                cp_async16_zfill(&wit_s[((buf * NW + w) * I8_TILE + lane) * NB + k], wit + (rowk + slot) * NB + k, v);
+                cp_async16_zfill(&wit_s[((buf * NW + ww) * I8_TILE + lane) * NB + k], wit + (rowk + slot) * NB + k, v);
         cp_async_commit();
     };
+    // the first tile: its page, slots and tier entries (a chain of dependent loads) and its rows.
+    // With one warp, at once, under the query's load; with more, warp 0 computes the set-up instead
+    // and the other warps take the chain after the query is in shared memory, warp 1 staging warp
+    // 0's rows beside its own and handing it the tile's state through the set-up's space
     int pg = 0, te = -1;
     i64 sl = -1;
-    if (ta < tb) {
-        pg = page_of(ta);
-        sl = slot_at(ta, pg);
-        te = tier_entry(sl);
-        stage(0, sl, te);  // the first tile's rows load during the set-up
-        pg = page_of(ta + I8_TILE);
-    }
+    auto first_tile = [&]() {
+        if (ta < tb) {
+            pg = page_of(ta);
+            sl = slot_at(ta, pg);
+            te = tier_entry(sl);
+            stage(0, sl, te, w);
+            if (NW > 1 && w == 1) stage(0, sl, te, 0);
+            pg = page_of(ta + I8_TILE);
+        }
+    };
+    if constexpr (NW == 1) first_tile();
 
     // ---- set-up, warp 0's lane (g, γ = t): head g's group γ
 #pragma unroll
@@ -246,7 +255,14 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
         su.q[idx / D][idx % D] = qr[i];
     }
     __syncthreads();
-    prefetch_tier(te, sl);  // (here, not beside the first tile's staging: the tier map's entry is back)
+    if constexpr (NW > 1) {
+        if (w > 0) {
+            first_tile();
+            if (w == 1) su.sl[lane] = sl, su.te[lane] = te, su.pg[lane] = pg;
+        }
+    }
+    prefetch_tier(te, sl, w);  // (here, not beside the first tile's staging: the tier map's entry is back)
+    if (NW > 1 && w == 1) prefetch_tier(te, sl, 0);
     const SmSplit smx = sm_split(sm);
     // (K1, K2: c_t in log2 units with its slack, docs/certificate.md §6)
     const float K1 = __fmul_ru((float)WC_C_EVAL_SLACK, WC_LOG2E_UP), K2 = __fmul_ru(K1, K1);
@@ -391,6 +407,9 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
     // head g's constants in registers (rows g >= G: zero digits, flagged as not finite, never stored)
     const float Fm = su.head[g][0], P1 = su.head[g][1], P2 = su.head[g][2], rho = su.head[g][3];
     const int hflags = su.flags[g];
+    if (NW > 1 && w == 0 && ta < tb) sl = su.sl[lane], te = su.te[lane], pg = su.pg[lane];
+    // warp 1's copies of warp 0's first tile landed before the barrier that shows them to warp 0
+    if (NW > 1 && w == 1) cp_async_wait_group<0>();
     __syncthreads();  // the set-up's space is the dither tiles from here on
 
     // ---- per-thread state of head g: the softmax (m, l: l over the thread's tokens, m the quad's,
@@ -424,7 +443,7 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
         // its previous tile, which every lane finished before the closing __syncwarp)
         const i64 sln = slot_at(t0 + I8_TILE, pg);
         const int ten = tier_entry(sln);
-        if (t0 + I8_TILE < tb) stage(buf ^ 1, sln, ten);
+        if (t0 + I8_TILE < tb) stage(buf ^ 1, sln, ten, w);
         else cp_async_commit();  // (an empty group keeps the wait below uniform)
         pg = page_of(t0 + 2 * I8_TILE);
         // 1. this tile's dither fields of the warp's channels, j' = 255 − j
@@ -506,7 +525,7 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                 }
             }
         }
-        prefetch_tier(ten, sln);  // (after the K products, under which the tier map's entry arrived)
+        prefetch_tier(ten, sln, w);  // (after the K products, under which the tier map's entry arrived)
         __syncthreads();  // every warp's partial logits
         // ℓ̃ = ((Σ_w part_w)·Fm)·P1·P2 with the warps' parts added pairwise (part₀ + part₁, and
         // (part₀ + part₁) + (part₂ + part₃) at d = 256: at most two roundings, which the evaluation

@@ -45,4 +45,6 @@ struct I8Setup {
     float q[8][D];           // the G query rows
     float head[8][4];        // per head: Fm, P1, P2, ρ
     int flags[8];            // per head: bit 0 query not finite, bit 1 coefficients overflow
+    long long sl[32];        // warp 0's first tile, from warp 1: each lane's slot (or -1),
+    int te[32], pg[32];      // its exact-tier entry and the next tile's page
 };

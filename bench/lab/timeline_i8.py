@@ -45,7 +45,7 @@ PROBES = [
     ("        cp_async_wait_group<1>();\n        __syncwarp();", "        if (it == 0) WC_TL(5, wc_clk());"),
     ("            *reinterpret_cast<float2*>(&sh.xp[buf][w][g][8 * n + 2 * t]) = make_float2(inner[0], inner[1]);\n"
      "        }", "        if (it == 0) WC_TL(6, wc_clk());"),
-    ("        prefetch_tier(ten, sln);  // (after the K products, under which the tier map's entry arrived)",
+    ("        prefetch_tier(ten, sln, w);  // (after the K products, under which the tier map's entry arrived)",
      None),  # (the exact K pass ends just above this line: the probe goes before it)
     ("        __syncthreads();  // every warp's partial logits", "        if (it == 0) WC_TL(8, wc_clk());"),
     ("        // 4. V over the warp's two groups: P' = p̃·s per token and group, its digits, o += P'·V̂",
@@ -57,8 +57,8 @@ PROBES = [
     # the set-up's steps (warp 0, whose lane 0 records): the first tile's staging issued (the page
     # table read), the query in shared memory, the exponents, the digits, the evaluation term, Tier
     # B's coefficients, the per-head constants, the barrier after Tier A's band coefficients
-    ("        stage(0, sl);  // the first tile's rows load during the set-up", "        WC_TL(16, wc_clk());"),
-    ("    __syncthreads();\n    prefetch_tier(te, sl);  // (here, not beside the first tile's staging: the tier map's entry is back)",
+    ("    if constexpr (NW == 1) first_tile();", "    WC_TL(16, wc_clk());"),
+    ("    prefetch_tier(te, sl, w);  // (here, not beside the first tile's staging: the tier map's entry is back)",
      "    WC_TL(17, wc_clk());"),
     ("        const bool hfin = fq != 0;", "        WC_TL(18, wc_clk());"),
     ("                reinterpret_cast<u32*>(&sh.qd2[gr][g][wi & 3])[wi >> 2] = wd[2];\n            }",
