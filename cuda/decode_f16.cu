@@ -53,41 +53,17 @@ __device__ __forceinline__ void f16_x8(const uint4& w, float (&x)[8]) {
 }
 
 // Σ_b a_{g,b} w_{t,b} per head in band order (SPEC §4, Tier A) from a staged witness row of NB
-// bands, NB a compile-time constant so that every access has a known width and bound.  From eight
-// bands up, eight per step from 16-byte loads (the witness row and each head's coefficients are
-// 16-byte aligned, f16_smem_bytes): one scalar load per band and head made the band sum most of
-// the certificate's shared-memory traffic.  Steps stay rolled past eight bands: a whole unroll of
-// 64 bands costs registers the P·V loop needs.
+// bands, NB a compile-time constant so that every access has a known width and bound (eight
+// bands per step: a whole unroll of 64 bands costs registers the P·V loop needs)
 template <int NB, int G>
 __device__ __forceinline__ void f16_tier_a(const u16* __restrict__ wr, const float* __restrict__ a_band,
                                            float (&ca)[G]) {
-    if constexpr (NB >= 8) {
-        static_assert(NB % 8 == 0, "a witness of eight bands or more comes in multiples of eight");
-#pragma unroll 1
-        for (int bb = 0; bb < NB; bb += 8) {
-            float wv[8];
-            f16_x8(*reinterpret_cast<const uint4*>(wr + bb), wv);
+    constexpr int UB = NB < 8 ? NB : 8;
+#pragma unroll (UB)
+    for (int bb = 0; bb < NB; ++bb) {
+        const float wv = f16_to_f32(wr[bb]);
 #pragma unroll
-            for (int g = 0; g < G; ++g) {
-                const float4 a0 = *reinterpret_cast<const float4*>(a_band + g * NB + bb);
-                const float4 a1 = *reinterpret_cast<const float4*>(a_band + g * NB + bb + 4);
-                ca[g] += a0.x * wv[0];
-                ca[g] += a0.y * wv[1];
-                ca[g] += a0.z * wv[2];
-                ca[g] += a0.w * wv[3];
-                ca[g] += a1.x * wv[4];
-                ca[g] += a1.y * wv[5];
-                ca[g] += a1.z * wv[6];
-                ca[g] += a1.w * wv[7];
-            }
-        }
-    } else {
-#pragma unroll
-        for (int bb = 0; bb < NB; ++bb) {
-            const float wv = f16_to_f32(wr[bb]);
-#pragma unroll
-            for (int g = 0; g < G; ++g) ca[g] += a_band[g * NB + bb] * wv;
-        }
+        for (int g = 0; g < G; ++g) ca[g] += a_band[g * NB + bb] * wv;
     }
 }
 
