@@ -134,4 +134,25 @@ WC_D float warp_norm_coefficient(const float* qrow, int n, float gamma_exact, in
     q2 = warp_sum(q2);
     return coef_up(gamma_exact * sqrtf(q2), e, WC_COEF_FLOOR_1);
 }
+
+// Γ ≤ ρ·cmax (docs/certificate.md §10.4) where γ_t is a fixed multiple of each group's β term:
+// ρ's Cauchy–Schwarz factor Σ_g x_g²/b2_g is summed in float64, since in fp32 an x_g below 2^-63
+// squares to zero under -ftz=true and ρ, then Γ, would read 0 however large cmax is.  Each term
+// rounded up; x ≠ 0 over b2 = 0 is +inf.
+WC_D double sq_ratio_up(float x, float b2) {
+    if (x == 0.0f) return 0.0;
+    if (b2 == 0.0f) return (double)INFINITY;
+    return __ddiv_ru(__dmul_ru((double)x, (double)x), (double)b2);
+}
+// a non-negative float64 bound as float32, rounded up and never flushed: a positive value below the
+// normal range reads 2^-126
+WC_D float f32_up_normal(double r) {
+    const float f = __double2float_ru(r);
+    return r > 0.0 ? fmaxf(f, 0x1p-126f) : f;
+}
+// Γ_s = ρ·cmax_s rounded up, never flushed to zero
+WC_D float gamma_of_rho(float rho, float cm) {
+    const float gm = __fmul_ru(rho, cm);
+    return rho > 0.0f && cm > 0.0f ? fmaxf(gm, 0x1p-126f) : gm;
+}
 #endif  // __CUDA_ARCH__

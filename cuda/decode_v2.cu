@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, PLAIN)) decode_st
     // PLAIN: Γ_s ≤ rho·cmax_s (docs/certificate.md §10.4), the evaluation term's share of c_t bounded
     // per head from its coefficients (Cauchy–Schwarz), so no token tracks γ_t; and b1²/b2 per group
     __shared__ float rho[G];
-    __shared__ float csq[G][8];
+    __shared__ double csq[G][8];  // (float64: certificate.cuh's sq_ratio_up)
     __shared__ int s_bad;  // heads with a non-finite logit (bit g), then heads whose o is not (bit G + g)
     __shared__ short oidx[D];
     __shared__ __align__(16) float Vs[V2_TILE][V2_PAD];
@@ -466,7 +466,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, PLAIN)) decode_st
             normalized_sums(q_s[g], gs, [&](int i) { return ch0 + i; }, [&](int i) { return byp && oidx[ch0 + i] >= 0; },
                             q1, q2, e);
             group_coefficients(smx, q1, q2, e, log_term, beta_steps, b2, b1);
-            csq[g][idx % NG] = b1 == 0.0f ? 0.0f : __fdiv_ru(__fmul_ru(b1, b1), b2);
+            csq[g][idx % NG] = sq_ratio_up(b1, b2);
             float a2 = __fmul_ru(b2, K2);
             float a1 = __fmul_ru(__fmul_ru(b1, fold), K1);
             if (PLAIN && !(a2 <= WC_F32_MAX && a1 <= WC_F32_MAX)) {  // (as the extend kernel's rows)
@@ -486,10 +486,10 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, PLAIN)) decode_st
     }
     __syncthreads();
     if (PLAIN && tid < G) {  // rho = min(gpb·sqrt(Σ_g b1²/b2), gpb/(1 + gpb)), rounded up
-        float t = 0.0f;
-        for (int gr = 0; gr < NG; ++gr) t = __fadd_ru(t, csq[tid][gr]);
-        const float r1 = __fmul_ru(__fmul_ru(gamma_per_beta, __fsqrt_ru(t)), (float)WC_C_EVAL_SLACK);
-        rho[tid] = fminf(r1, __fdiv_ru(gamma_per_beta, fold));
+        double t = 0.0;
+        for (int gr = 0; gr < NG; ++gr) t = __dadd_ru(t, csq[tid][gr]);
+        const double r1 = __dmul_ru(__dmul_ru((double)gamma_per_beta, __dsqrt_ru(t)), WC_C_EVAL_SLACK);
+        rho[tid] = f32_up_normal(fmin(r1, (double)__fdiv_ru(gamma_per_beta, fold)));
     }
     if constexpr (!PLAIN) {
         if (side == 1)
@@ -958,7 +958,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, PLAIN)) decode_st
         const float cm = linf ? INFINITY : __fmul_ru(st[g][4], V2_LN2);
         float gm = 0.0f;  // Γ_s, natural units
         if constexpr (PLAIN) {
-            gm = __fmul_ru(rho[g], cm);
+            gm = gamma_of_rho(rho[g], cm);
         } else if (tier) {
             float g2 = 0.0f;
             for (int l = 0; l < V2_TILE; ++l) g2 = fmaxf(g2, gbuf[l][g]);

@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
         const float log_term = log_budget + logf((float)max(rv ? (causal ? S - n_new + (qi - qo0) + 1 : S) : 0,
                                                             (i64)1));
         const SmSplit smx = sm_split(sm);
-        float rho2 = 0.0f;
+        double rho2 = 0.0;
 #pragma unroll
         for (int gg = 0; gg < 2; ++gg) {
             float x[32];
@@ -411,12 +411,12 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
             sh.rowc[r][2 * hf + gg] = tf32_up(__fmul_ru(cu2, k2));
             sh.rowc[r][4 + 2 * hf + gg] = tf32_up(__fmul_ru(cb, k1));
             // the evaluation term's share, Σ_g cg²/cu2 (Cauchy–Schwarz: γ_t ≤ u_t·sqrt of it)
-            rho2 = __fadd_ru(rho2, cg == 0.0f ? 0.0f : __fdiv_ru(__fmul_ru(cg, cg), cu2));
+            rho2 = __dadd_ru(rho2, sq_ratio_up(cg, cu2));  // (float64: certificate.cuh)
         }
-        rho2 = __fadd_ru(rho2, __shfl_xor_sync(0xffffffffu, rho2, 1));  // the row's other half
+        rho2 = __dadd_ru(rho2, __shfl_xor_sync(0xffffffffu, rho2, 1));  // the row's other half
         if (hf == 0) {
             sh.rowc[r][8] = ldexpf(sm * XT_LOG2E, -shift);
-            sh.rowc[r][10] = fminf(1.0f, __fmul_ru(__fsqrt_ru(rho2), (float)WC_C_EVAL_SLACK));
+            sh.rowc[r][10] = f32_up_normal(fmin(1.0, __dmul_ru(__dsqrt_ru(rho2), WC_C_EVAL_SLACK)));
             sh.rowlen[r] = rv ? (int)(causal ? S - n_new + (qi - qo0) + 1 : S) : 0;
             sh.rowout[r] = rv ? qi * Hq + h * G + g : -1;
         }
@@ -807,7 +807,7 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
                                            ? INFINITY
                                            : (L2 > 0.0f ? __fmaf_rn(m[rr], XT_LN2, logf(L2)) : -INFINITY));
             // Γ_s ≤ rho·cmax (docs/certificate.md §10.4)
-            const float GM = tier ? __fmul_ru(sh.rowc[wr0 + grp + 8 * rr][10], CM) : 0.0f;
+            const float GM = tier ? gamma_of_rho(sh.rowc[wr0 + grp + 8 * rr][10], CM) : 0.0f;
             store_split_stats(row, poisoned, L, __fmaf_rn(m[rr], XT_LN2, logf(L)), lam, CM, GM, lse_part, lam_part,
                               cmax_part, gam_part);
         }

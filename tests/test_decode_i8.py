@@ -345,11 +345,14 @@ def test_i8_kernel_matches_its_cpu_twin(d, G, page, tier, pages, exact):
 
 
 @pytest.mark.gpu
-def test_i8_kernel_splits_extreme_queries_as_its_twin():
-    """The query split on the GPU (its flush to zero included) against the twin's, on the rows of
-    ``_queries`` (40 decades, a group 2^70 above the others, norms 2^±100, subnormal entries, residuals
-    of 1/2, a group whose scaled entries all flush) at sm = 2^-80: a one-token request's lse is its
-    logit, the certificate's cmax and Γ the twin's, every bound sound against the float64 TV."""
+@pytest.mark.parametrize("stage1", ["i8", "v2"])
+def test_kernels_certify_extreme_queries_as_the_cpu(stage1):
+    """The rows of ``_queries`` (40 decades, a group 2^70 above the others, norms 2^±100, subnormal
+    entries, residuals of 1/2, a group whose scaled entries all flush) at sm = 2^-80, on the form-(I)
+    kernel (its query split and flush to zero against the twin's: a one-token request's lse is its
+    logit) and on the staged tile, each against the CPU backend in its order: cmax the CPU's, Γ at
+    least the CPU's largest γ_t (both kernels bound it by ρ·cmax, whose ρ a query this small once
+    underflowed to 0), every bound sound against the float64 TV."""
     import cupy as cp
 
     rows = _queries(np.random.default_rng(5))
@@ -359,14 +362,15 @@ def test_i8_kernel_splits_extreme_queries_as_its_twin():
     q = np.stack([np.stack(rows[:H * G])] * len(lengths))
     sm = 2.0 ** -80
     cert = wc.CertConfig(tier="B", num_layers=1, steps=8)
-    with cpu_dot_order(certificate.FORM_I_ORDER):
-        rc = wc.decode_attention(q, pc, layer=0, kv_indptr=tc[0], kv_indices=tc[1], kv_last_page_len=tc[2],
-                                 sm_scale=sm, cert=cert, num_splits=2)
     ip, ix, ll = on_device(pg, tg)
-    plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, sm, cert, 2, stage1="i8")
+    plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, sm, cert, 2, stage1=stage1)
+    assert plan.kernel_name == stage1
     plan.launch()
     rg = plan.result()
-    np.testing.assert_allclose(rg.lse[0].get(), rc.lse[0], rtol=2e-7, atol=1e-30)
+    with cpu_dot_order(rg.dot_order):
+        rc = wc.decode_attention(q, pc, layer=0, kv_indptr=tc[0], kv_indices=tc[1], kv_last_page_len=tc[2],
+                                 sm_scale=sm, cert=cert, num_splits=2)
+    np.testing.assert_allclose(rg.lse[0].get(), rc.lse[0], rtol=2e-7 if stage1 == "i8" else 2e-6, atol=1e-30)
     np.testing.assert_allclose(rg.cmax.get(), rc.cmax, rtol=1e-5)
     assert np.all(rg.gamma.get() >= rc.gamma * (1 - 1e-6))
     pt = page_table(pc, tc)

@@ -19,7 +19,7 @@ from .. import _contract as C
 from .rounding import coef_up, f32_up
 
 _F32_MAX = np.float32(3.4028234663852886e38)
-_MIN_NORMAL = 2.0 ** -126
+_MIN_NORMAL = C.FP32_MIN_NORMAL
 _LOG2E = np.float32(1.4426950408889634)
 _FLOOR1 = C.COEF_FLOOR_1
 _QBITS = C.FORM_I_QUERY_BITS
