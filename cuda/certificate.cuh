@@ -137,18 +137,41 @@ WC_D float warp_norm_coefficient(const float* qrow, int n, float gamma_exact, in
 
 // Γ ≤ ρ·cmax (docs/certificate.md §10.4) where γ_t is a fixed multiple of each group's β term:
 // ρ's Cauchy–Schwarz factor Σ_g x_g²/b2_g is summed in float64, since in fp32 an x_g below 2^-63
-// squares to zero under -ftz=true and ρ, then Γ, would read 0 however large cmax is.  Each term
-// rounded up; x ≠ 0 over b2 = 0 is +inf.
+// squares to zero under -ftz=true and ρ, then Γ, would read 0 however large cmax is.  One term,
+// rounded up: the mantissas' quotient in fp32 (in [1/8, 2): nothing underflows), the exponents put
+// back exactly (|2e_x − e_b| < 400); x ≠ 0 over b2 = 0 is +inf, anything over b2 = +inf is 0.  (Why
+// not __ddiv_ru: a float64 division and square root are instruction sequences, measured +2.6% on
+// the form-(I) decode at B = 1, whose set-up one warp runs.)
 WC_D double sq_ratio_up(float x, float b2) {
     if (x == 0.0f) return 0.0;
-    if (b2 == 0.0f) return (double)INFINITY;
-    return __ddiv_ru(__dmul_ru((double)x, (double)x), (double)b2);
+    if (!(x <= WC_F32_MAX) || b2 == 0.0f) return (double)INFINITY;
+    if (!(b2 <= WC_F32_MAX)) return 0.0;
+    int ex, eb;
+    const float mx = frexpf(x, &ex), mb = frexpf(b2, &eb);
+    const float t = __fdiv_ru(__fmul_ru(mx, mx), mb);
+    return (double)t * __longlong_as_double((long long)(1023 + 2 * ex - eb) << 52);
 }
 // a non-negative float64 bound as float32, rounded up and never flushed: a positive value below the
 // normal range reads 2^-126
 WC_D float f32_up_normal(double r) {
     const float f = __double2float_ru(r);
     return r > 0.0 ? fmaxf(f, 0x1p-126f) : f;
+}
+// sqrt(s)·k (s ≥ 0 a float64 sum, k ≥ 1 a float), rounded up, as float64: s's exponent halved
+// exactly and the root of its mantissa taken in fp32
+WC_D double sqrt_times_up(double s, float k) {
+    if (s == 0.0 || !(s <= 1.0e300)) return s == 0.0 ? 0.0 : (double)INFINITY;
+    const long long bits = __double_as_longlong(s);
+    int e = (int)((bits >> 52) & 0x7FF) - 1022;  // s = m·2^e, m in [1/2, 1) (s is normal: a sum of normal terms)
+    double m = __longlong_as_double((bits & 0x800FFFFFFFFFFFFFll) | (1022ll << 52));
+    if (e & 1) m *= 2.0, e -= 1;  // m in [1/2, 2), e even
+    const float r = __fmul_ru(__fsqrt_ru(__double2float_ru(m)), k);
+    return (double)r * __longlong_as_double((long long)(1023 + e / 2) << 52);
+}
+// a ratio x/(b1 + x) ≤ 1 rounded up and never flushed
+WC_D float share_up(float x, float b1) {
+    if (x == 0.0f) return 0.0f;
+    return fmaxf(__fdiv_ru(x, __fadd_rd(b1, x)), 0x1p-126f);
 }
 // Γ_s = ρ·cmax_s rounded up, never flushed to zero
 WC_D float gamma_of_rho(float rho, float cm) {

@@ -298,7 +298,8 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
         fq &= __shfl_xor_sync(0xffffffffu, fq, 2);
         const bool hfin = fq != 0;
         if (eh == ENONE) eh = 0;  // an all-zero query: every digit 0
-        double csq = 0.0, rq = 0.0;  // (float64: certificate.cuh's sq_ratio_up)
+        double csq = 0.0;  // (float64: certificate.cuh's sq_ratio_up)
+        float rq = 0.0f;
         int cinf = 0;
 #pragma unroll 1
         for (int k = 0; k < NGL; ++k) {
@@ -366,7 +367,7 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
             if (TA) gqk[g * NG + gr] = gk;
             // Γ ≤ ρ·cmax (docs/certificate.md §10.4): ρ = min(sqrt(Σ_g gq²/b2)·slack, max_g gq/(b1 + gq))
             csq = __dadd_ru(csq, sq_ratio_up(gq, b2));
-            rq = fmax(rq, gq == 0.0f ? 0.0 : __ddiv_ru((double)gq, __dadd_rd((double)b1, (double)gq)));
+            rq = fmaxf(rq, share_up(gq, b1));
             // (2^(17 − δ) and 2^−δ built from their exponent bits, 0 ≤ δ ≤ 60: the products exact)
             static_assert(WC_FORM_I_MAX_GROUP_SHIFT <= 143, "2^(17 − δ) a normal float");
             sh.cf[g][gr] = make_float4(__int_as_float((127 + 17 - delta) << 23),
@@ -375,8 +376,8 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
         }
         csq = __dadd_ru(csq, __shfl_xor_sync(0xffffffffu, csq, 1));
         csq = __dadd_ru(csq, __shfl_xor_sync(0xffffffffu, csq, 2));
-        rq = fmax(rq, __shfl_xor_sync(0xffffffffu, rq, 1));
-        rq = fmax(rq, __shfl_xor_sync(0xffffffffu, rq, 2));
+        rq = fmaxf(rq, __shfl_xor_sync(0xffffffffu, rq, 1));
+        rq = fmaxf(rq, __shfl_xor_sync(0xffffffffu, rq, 2));
         cinf |= __shfl_xor_sync(0xffffffffu, cinf, 1);
         cinf |= __shfl_xor_sync(0xffffffffu, cinf, 2);
         if (t == 0) {
@@ -386,7 +387,7 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
             hd[0] = __fmul_rn(smx.m, WC_LOG2E);
             hd[1] = ldexpf(1.0f, E1);
             hd[2] = E2 >= -126 ? ldexpf(1.0f, E2) : 0.0f;
-            hd[3] = f32_up_normal(fmin(__dmul_ru(__dsqrt_ru(csq), WC_C_EVAL_SLACK), rq));
+            hd[3] = fminf(f32_up_normal(sqrt_times_up(csq, (float)WC_C_EVAL_SLACK)), rq);
             su.flags[g] = (hfin ? 0 : 1) | (cinf ? 2 : 0);
         }
     }
