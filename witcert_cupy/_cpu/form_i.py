@@ -80,13 +80,15 @@ def query_split(qv, group_size, sm_m, e_sm, gamma_eval, digits, shift, w1, w2, c
         sum_q = 0
         sa0 = sa1 = sa2 = 0
         sr = 0.0
+        nfl = 0
         for c in range(gr * group_size, (gr + 1) * group_size):
             qin = _ftz(qv[c])
             qs = _ftz(np.float32(math.ldexp(np.float64(qin), S)))
             qf = np.float32(np.rint(qs))
             Q = np.int64(qf)
-            # (an entry the scaling flushes has Q = 0 and a residual below 2^-126, counted at that bound)
-            sr += _MIN_NORMAL if qs == 0.0 and qin != 0.0 else abs(np.float64(qs) - np.float64(qf))
+            sr += abs(np.float64(qs) - np.float64(qf))
+            if qs == 0.0 and qin != 0.0:  # flushed by the scaling: Q = 0, a residual below 2^-126
+                nfl += 1
             a2 = ((Q + 128) & 255) - 128
             q1 = (Q - a2) >> 8
             a1 = ((q1 + 128) & 255) - 128
@@ -98,6 +100,7 @@ def query_split(qv, group_size, sm_m, e_sm, gamma_eval, digits, shift, w1, w2, c
             sa0 += abs(a0)
             sa1 += abs(a1)
             sa2 += abs(a2)
+        sr += nfl * _MIN_NORMAL
         w1[gr] = np.float32(math.ldexp(1.0, 17 - delta))
         w2[gr] = np.float32(math.ldexp(1.0, 9 - delta))
         cc[gr] = np.float32(math.ldexp(-255.0 * np.float64(sum_q), -delta))
