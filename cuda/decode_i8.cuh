@@ -206,9 +206,9 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
             prefetch_l2(i8_tier_row<D>(tier_v, e, (u32)sl_, page_shift) + I8_WARP_CH * ww);
         }
     };
-    // (an exact-tier token's V scales land as zeros: its P' is then 0 in the integer products, with
-    // no test per token there; its values come from the tier)
-    // a tile's rows into warp ww's buffers (its channels), committed as one group of this thread
+    // a tile's rows into warp ww's buffers (its channels), committed as one group of this thread; an
+    // exact-tier token's (te_ >= 0) V scales land as zeros, so that its P' is 0 in the integer value
+    // products with no test per token there (its values come from the tier)
     auto stage = [&](int buf, i64 sl_, int te_, int ww) {
         const bool v = sl_ >= 0;
         const u32 slot = v ? (u32)sl_ : 0u;
