@@ -38,7 +38,7 @@ def _queries(rng, d=D):
 
 
 def _flushed_group(rng, d=D):
-    """A 2^127 entry, and a group 207 binades below it: its shift is capped at FORM_I_MAX_GROUP_SHIFT,
+    """A 2^127 entry, and a group 208 binades below it: its shift is capped at FORM_I_MAX_GROUP_SHIFT,
     so its entries scale to 1.5·2^-127 and flush to zero — Q = 0, the residual the whole entry."""
     q = rng.standard_normal(d)
     q[0] = 2.0 ** 127
@@ -351,8 +351,8 @@ def test_kernels_certify_extreme_queries_as_the_cpu(stage1):
     entries, residuals of 1/2, a group whose scaled entries all flush) at sm = 2^-80, on the form-(I)
     kernel (its query split and flush to zero against the twin's: a one-token request's lse is its
     logit) and on the staged tile, each against the CPU backend in its order: cmax the CPU's, Γ at
-    least the CPU's largest γ_t (both kernels bound it by ρ·cmax, whose ρ a query this small once
-    underflowed to 0), every bound sound against the float64 TV."""
+    least the CPU's largest γ_t (both kernels bound it by ρ·cmax, whose ρ must not underflow to 0
+    for a query this small), every bound sound against the float64 TV."""
     import cupy as cp
 
     rows = _queries(np.random.default_rng(5))
