@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent)]
+sys.path[:0] = [str(HERE.parent), str(HERE)]
+from shapes import parse_shape  # noqa: E402  (the benchmarks' one shape parser)
 from witcert_cupy import certificate  # noqa: E402
 from witcert_cupy.demo import run_demo  # noqa: E402
 
@@ -46,11 +47,11 @@ def runs(spec):
     if spec == "demo":
         return [("demo", {})]
     try:
-        B, Hq, Hkv, S = (int(x) for x in spec.split("/"))
-    except ValueError:
-        raise SystemExit(f"--shapes: {spec!r} is not 'demo' or B/Hq/Hkv/S") from None
-    if B < 1 or Hkv < 1 or Hq % Hkv or S < 8:
-        raise SystemExit(f"--shapes: {spec!r} needs B >= 1, Hq a multiple of Hkv, S >= 8")
+        B, Hq, Hkv, S = parse_shape(spec)
+    except ValueError as e:
+        raise SystemExit(f"--shapes: each entry is 'demo' or a shape; {e}") from None
+    if S < 8:
+        raise SystemExit(f"--shapes: {spec!r} needs a context of at least 8 tokens")
     base = dict(layers=1, kv_heads=Hkv, group=Hq // Hkv, context=S, batch=B, steps=4)
     return [(f"{spec} AB+outliers", base), (f"{spec} B plain", dict(base, tier="B", n_outlier_pairs=0))]
 
