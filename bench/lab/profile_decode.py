@@ -11,7 +11,9 @@ for the fp16-store launch alone, ``--shape HQ/HKV`` for other head counts (e.g. 
 ``--batch B`` and ``--ctx N`` for another batch and context (``-k regex:decode_merge`` profiles the
 merge of the same steps).  ``--config NAME`` launches one certified step of a configuration of
 ``bench/decode.py``'s ``CONFIGS`` instead (e.g. ``gate_step`` or ``exact_tier_1pct``: the exact
-tier's cost at ``--batch 1 --ctx 4096``), ``tier_b_8`` beside it for the diff.
+tier's cost at ``--batch 1 --ctx 4096``), ``tier_b_8`` beside it for the diff; ``--stage1 KERNEL``
+(``v1``, ``v2`` or ``i8``) forces the kernel of every launch (e.g. ``i8`` for form (I)'s Tier B at
+B = 1, where the library picks the staged tile).
 """
 
 import sys
@@ -24,6 +26,10 @@ import decode as bd  # noqa: E402
 from decode import Fp16Case, Int8Case  # noqa: E402
 
 stage1 = "v1" if "--v1" in sys.argv else "auto"
+if "--stage1" in sys.argv:
+    stage1 = sys.argv[sys.argv.index("--stage1") + 1]
+    if stage1 not in ("auto", "v1", "v2", "i8"):
+        sys.exit(f"--stage1: {stage1!r} is not one of auto, v1, v2, i8")
 hq, hkv = (int(x) for x in sys.argv[sys.argv.index("--shape") + 1].split("/")) if "--shape" in sys.argv else (32, 8)
 B = int(sys.argv[sys.argv.index("--batch") + 1]) if "--batch" in sys.argv else 8
 ctx = int(sys.argv[sys.argv.index("--ctx") + 1]) if "--ctx" in sys.argv else 32768
