@@ -256,6 +256,34 @@ def test_tc_certificate_operands_hold_across_dynamic_range():
         assert np.array_equal(_np(getattr(res_big, f))[keep], _np(getattr(res, f))[keep]), f
 
 
+def test_tc_extend_gamma_survives_tiny_queries():
+    """Γ ≤ ρ·cmax with ρ = sqrt(Σ_g cg²/cu2): at sm = 2^-80 and queries of norm about 2^-37 each
+    group's cg sits at its floor 2^-102, whose square is far below fp32's range, and ρ must not read
+    0 (docs/certificate.md §10.4): every certified cell's Γ well above the underflow term g₀ alone
+    (which is what a flushed ρ leaves), and every bound sound against the float64 TV."""
+    rng = np.random.default_rng(41)
+    H, G, S, n = 2, 4, 200, 20
+    cpu, gpu = pools(16, H)
+    pages = rng.permutation(16)[:13]
+    k = random_rows(rng, S, H, D)
+    v = random_rows(rng, S, H, D)
+    put(gpu, slots_of(pages, 0, S), k, v)
+    q = (rng.standard_normal((n, H * G, D)) * 2.0 ** -40).astype(np.float32)
+    tabs = table([pages], [S])
+    sm = 2.0 ** -80
+    res = run(gpu, q, np.array([0, n], np.int32), tabs, cert=wc.CertConfig(steps=n), sm_scale=sm)
+    assert res.kernel == "extend_tc"
+    gam, cmx, tvb = _np(res.gamma), _np(res.cmax), _np(res.tv_bound)
+    assert np.all(cmx > 0)
+    assert np.all(gam > 2 * cm.underflow_term(D, sm))
+    pt = check_page_table(*tabs, batch=1, num_pages=gpu.num_pages, page_size=PS)
+    rows = reference.request_rows(gpu, 0, pt, 0)
+    for i in range(n):
+        upto = S - n + i + 1
+        tv = reference.true_tv(q[i], rows["k_exact"][:upto], rows["k_hat"][:upto], sm_scale=sm)
+        assert np.all(tv <= tvb[i])
+
+
 @pytest.mark.parametrize("G", [4, 7])
 def test_tc_extend_wgmma_and_mma_sync_paths_agree(G, monkeypatch):
     """The two tensor-core paths of cuda/extend_tc.cu (warpgroup mma on sm_90, mma.sync elsewhere)
