@@ -155,27 +155,32 @@ WC_D double sq_ratio_up(float x, float b2) {
 // normal range reads 2^-126
 WC_D float f32_up_normal(double r) {
     const float f = __double2float_ru(r);
-    return r > 0.0 ? fmaxf(f, 0x1p-126f) : f;
+    return r > 0.0 ? fmaxf(f, WC_F32_MIN_NORMAL) : f;
 }
-// sqrt(s)·k (s ≥ 0 a float64 sum, k ≥ 1 a float), rounded up, as float64: s's exponent halved
-// exactly and the root of its mantissa taken in fp32
-WC_D double sqrt_times_up(double s, float k) {
-    if (s == 0.0 || !(s <= 1.0e300)) return s == 0.0 ? 0.0 : (double)INFINITY;
-    const long long bits = __double_as_longlong(s);
-    int e = (int)((bits >> 52) & 0x7FF) - 1022;  // s = m·2^e, m in [1/2, 1) (s is normal: a sum of normal terms)
-    double m = __longlong_as_double((bits & 0x800FFFFFFFFFFFFFll) | (1022ll << 52));
-    if (e & 1) m *= 2.0, e -= 1;  // m in [1/2, 2), e even
-    const float r = __fmul_ru(__fsqrt_ru(__double2float_ru(m)), k);
-    return (double)r * __longlong_as_double((long long)(1023 + e / 2) << 52);
+// ρ = min(k·sqrt(s)·C_EVAL_SLACK, cap) for s = Σ_g x_g²/b2_g (sq_ratio_up's terms), as float32 rounded
+// up and never flushed: s's exponent halved exactly and the root of its mantissa taken in fp32
+WC_D float rho_up(double s, float k, float cap) {
+    double root = 0.0;
+    if (!(s <= 1.0e300)) {
+        root = (double)INFINITY;
+    } else if (s > 0.0) {
+        const long long bits = __double_as_longlong(s);
+        int e = (int)((bits >> 52) & 0x7FF) - 1022;  // s = m·2^e, m in [1/2, 1) (s is normal: a sum of normal terms)
+        double m = __longlong_as_double((bits & 0x800FFFFFFFFFFFFFll) | (1022ll << 52));
+        if (e & 1) m *= 2.0, e -= 1;  // m in [1/2, 2), e even
+        const float r = __fmul_ru(__fsqrt_ru(__double2float_ru(m)), (float)WC_C_EVAL_SLACK);
+        root = (double)r * __longlong_as_double((long long)(1023 + e / 2) << 52);
+    }
+    return f32_up_normal(fmin(__dmul_ru((double)k, root), (double)cap));
 }
 // a ratio x/(b1 + x) ≤ 1 rounded up and never flushed
 WC_D float share_up(float x, float b1) {
     if (x == 0.0f) return 0.0f;
-    return fmaxf(__fdiv_ru(x, __fadd_rd(b1, x)), 0x1p-126f);
+    return fmaxf(__fdiv_ru(x, __fadd_rd(b1, x)), WC_F32_MIN_NORMAL);
 }
 // Γ_s = ρ·cmax_s rounded up, never flushed to zero
 WC_D float gamma_of_rho(float rho, float cm) {
     const float gm = __fmul_ru(rho, cm);
-    return rho > 0.0f && cm > 0.0f ? fmaxf(gm, 0x1p-126f) : gm;
+    return rho > 0.0f && cm > 0.0f ? fmaxf(gm, WC_F32_MIN_NORMAL) : gm;
 }
 #endif  // __CUDA_ARCH__

@@ -26,6 +26,8 @@ typedef unsigned char u8;
 #endif
 
 #define WC_F32_MAX 3.4028234663852886e38f
+// the smallest normal fp32 value: under -ftz=true anything smaller reads 0
+#define WC_F32_MIN_NORMAL 0x1p-126f
 #define WC_F64_MAX 1.7976931348623157e308
 
 // NVRTC has no <math.h>: define the two macros the kernels use (nvcc already has them).

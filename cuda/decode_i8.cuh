@@ -346,9 +346,9 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
 #pragma unroll 1
                 for (int c = 0; c < 32; ++c) {
                     const float qv = qg[c];
-                    nfl += fabsf(qv) >= 0x1p-126f && ldexpf(qv, S) == 0.0f;
+                    nfl += fabsf(qv) >= WC_F32_MIN_NORMAL && ldexpf(qv, S) == 0.0f;
                 }
-                sr = __dadd_ru(sr, nfl * 0x1p-126);
+                sr = __dadd_ru(sr, nfl * (double)WC_F32_MIN_NORMAL);
             }
             // the evaluation term per unit of the token's scale (docs/certificate.md §11):
             // sm·2^(−9−S)·(65279·Σ|r| + 510·Σ|a2| + γ_n·(2^17·Σ(32767|a0| + 127|a1|) + 2^9·Σ(127|a2| +
@@ -396,7 +396,7 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
             hd[0] = __fmul_rn(smx.m, WC_LOG2E);
             hd[1] = ldexpf(1.0f, E1);
             hd[2] = E2 >= -126 ? ldexpf(1.0f, E2) : 0.0f;
-            hd[3] = fminf(f32_up_normal(sqrt_times_up(csq, (float)WC_C_EVAL_SLACK)), rq);
+            hd[3] = rho_up(csq, 1.0f, rq);
             su.flags[g] = (hfin ? 0 : 1) | (cinf ? 2 : 0);
         }
     }

@@ -488,8 +488,7 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, PLAIN)) decode_st
     if (PLAIN && tid < G) {  // rho = min(gpb·sqrt(Σ_g b1²/b2), gpb/(1 + gpb)), rounded up
         double t = 0.0;
         for (int gr = 0; gr < NG; ++gr) t = __dadd_ru(t, csq[tid][gr]);
-        const double r1 = __dmul_ru((double)gamma_per_beta, sqrt_times_up(t, (float)WC_C_EVAL_SLACK));
-        rho[tid] = f32_up_normal(fmin(r1, (double)__fdiv_ru(gamma_per_beta, fold)));
+        rho[tid] = rho_up(t, gamma_per_beta, __fdiv_ru(gamma_per_beta, fold));
     }
     if constexpr (!PLAIN) {
         if (side == 1)

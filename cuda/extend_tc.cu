@@ -416,7 +416,7 @@ __global__ void __launch_bounds__(XT_THREADS, 1) extend_tc_stage1(
         rho2 = __dadd_ru(rho2, __shfl_xor_sync(0xffffffffu, rho2, 1));  // the row's other half
         if (hf == 0) {
             sh.rowc[r][8] = ldexpf(sm * XT_LOG2E, -shift);
-            sh.rowc[r][10] = f32_up_normal(fmin(1.0, sqrt_times_up(rho2, (float)WC_C_EVAL_SLACK)));
+            sh.rowc[r][10] = rho_up(rho2, 1.0f, 1.0f);
             sh.rowlen[r] = rv ? (int)(causal ? S - n_new + (qi - qo0) + 1 : S) : 0;
             sh.rowout[r] = rv ? qi * Hq + h * G + g : -1;
         }
