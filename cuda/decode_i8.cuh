@@ -167,6 +167,9 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
     if (dynamic_smem_bytes() < sizeof(Smem) + (EXACT ? I8_EXACT_SMEM(D) : 0) + (TA ? I8_TIER_A_SMEM(D, NB) : 0) ||
         ((PAGES || EXACT) && page_shift != 4) || (TA && (NB < 8 || NB > 64 || NB % 8 != 0)))
         __trap();
+    // (PAGES and EXACT instances serve 16-token pages only, the check above: their shifts are
+    // constants, where the runtime shift cost a register shift per address in every tile)
+    const int psh = (PAGES || EXACT) ? 4 : page_shift;
 
     griddep_wait();  // before the first global access (griddep.cuh)
     const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -179,9 +182,9 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
         const int idx = tid + THREADS * i;
         qr[i] = q[((i64)b * Hq + h * G + idx / D) * D + idx % D];
     }
-    const RequestPages rp = request_pages(kv_indptr, kv_last_page_len, b, nnz, page_shift);
+    const RequestPages rp = request_pages(kv_indptr, kv_last_page_len, b, nnz, psh);
     bool poisoned = rp.poisoned;
-    const SplitTokens st = split_tokens(rp, s, num_splits, page_shift);
+    const SplitTokens st = split_tokens(rp, s, num_splits, psh);
     const i64 ta = st.ta, tb = st.tb;
     const u32 ctr2 = dither_ctr2(layer, h + head_base);
     const i64 rowk = pool_row(layer, 0, H, h, N), rowv = pool_row(layer, 1, H, h, N);
@@ -189,21 +192,21 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
     // ---- the tile pipeline's loads, per warp: lane = token; four lanes copy one half row's 64 code
     // bytes per side (lane & 3 = its 16-byte piece, the row's slot by shuffle), each lane its own
     // row's K scales and its half's V scales; rows past the split's end or on a bad page land as zeros
-    auto page_of = [&](i64 t0n) { return tile_page(kv_indices, rp.p0, t0n, tb, lane, page_shift); };
-    auto slot_at = [&](i64 t0n, int page) { return tile_slot(t0n, tb, lane, page, page_shift, num_pages, poisoned); };
+    auto page_of = [&](i64 t0n) { return tile_page(kv_indices, rp.p0, t0n, tb, lane, psh); };
+    auto slot_at = [&](i64 t0n, int page) { return tile_slot(t0n, tb, lane, page, psh, num_pages, poisoned); };
     // the exact tier's entry of a valid slot's page (SPEC §7), or -1: its tokens are served from the
     // tier's fp16 rows [tier_cap, 16, D] with c_t = γ_t of their fp32 dot product
     auto tier_entry = [&](i64 sl_) -> int {
         if (!EXACT || sl_ < 0) return -1;
-        const int e = tier_map[(i64)h * tier_stride + (int)(sl_ >> page_shift)];
+        const int e = tier_map[(i64)h * tier_stride + (int)(sl_ >> psh)];
         return e >= 0 && e < tier_cap ? e : -1;
     };
     // an exact-tier token's rows (the warp's 64 channels of K and V: a 128-byte line each) brought
     // into L2 a tile ahead of the passes that read them, whose loads then wait on L2, not DRAM
     auto prefetch_tier = [&](int e, i64 sl_, int ww) {
         if (EXACT && e >= 0) {
-            prefetch_l2(i8_tier_row<D>(tier_k, e, (u32)sl_, page_shift) + I8_WARP_CH * ww);
-            prefetch_l2(i8_tier_row<D>(tier_v, e, (u32)sl_, page_shift) + I8_WARP_CH * ww);
+            prefetch_l2(i8_tier_row<D>(tier_k, e, (u32)sl_, psh) + I8_WARP_CH * ww);
+            prefetch_l2(i8_tier_row<D>(tier_v, e, (u32)sl_, psh) + I8_WARP_CH * ww);
         }
     };
     // a tile's rows into warp ww's buffers (its channels), committed as one group of this thread; an
@@ -513,8 +516,8 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                     // behind a branch, and each query piece serves both rows
                     const int tk = 8 * n + 2 * t;
                     const int e0 = __shfl_sync(0xffffffffu, te, tk), e1 = __shfl_sync(0xffffffffu, te, tk + 1);
-                    const u16* kr0 = i8_tier_row<D>(tier_k, e0, __shfl_sync(0xffffffffu, slot, tk), page_shift) + I8_WARP_CH * w;
-                    const u16* kr1 = i8_tier_row<D>(tier_k, e1, __shfl_sync(0xffffffffu, slot, tk + 1), page_shift) + I8_WARP_CH * w;
+                    const u16* kr0 = i8_tier_row<D>(tier_k, e0, __shfl_sync(0xffffffffu, slot, tk), psh) + I8_WARP_CH * w;
+                    const u16* kr1 = i8_tier_row<D>(tier_k, e1, __shfl_sync(0xffffffffu, slot, tk + 1), psh) + I8_WARP_CH * w;
                     float acc0 = 0.0f, aac0 = 0.0f, acc1 = 0.0f, aac1 = 0.0f;
 #pragma unroll 4
                     for (int c = 0; c < I8_WARP_CH; c += 4) {
@@ -799,7 +802,7 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                         const int tk = 4 * r + j;  // thread (g, tk mod 8 / 2)'s token i = j mod 2 of block n
                         pt[j] = __shfl_sync(0xffffffffu, pn[j & 1], (lane & ~3) | ((tk & 7) >> 1));
                         const int e = __shfl_sync(0xffffffffu, te, tk);
-                        const u16* vr = i8_tier_row<D>(tier_v, e, __shfl_sync(0xffffffffu, slot, tk), page_shift) +
+                        const u16* vr = i8_tier_row<D>(tier_v, e, __shfl_sync(0xffffffffu, slot, tk), psh) +
                                         I8_WARP_CH * w + 4 * t;
 #pragma unroll
                         for (int cb = 0; cb < 4; ++cb) vw[j][cb] = *reinterpret_cast<const uint2*>(vr + 16 * cb);
