@@ -156,11 +156,11 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
     Smem& sh = *reinterpret_cast<Smem*>(i8_smem);
     Setup& su = *reinterpret_cast<Setup*>(&sh.dith[0][0][0]);
     // with the exact tier, the partial Σ|q_c||k_c| of exact-tier tokens: [warp][head][token];
-    // with a Tier-A term, the staged K witness rows [buffer][warp][token][band], the band
+    // with a Tier-A term, the staged K witness rows [buffer][token][band], the band
     // coefficients [head][band] and the evaluation term's per-group coefficients [head][group]
     float* xa = reinterpret_cast<float*>(i8_smem + sizeof(Smem));
     u16* wit_s = reinterpret_cast<u16*>(i8_smem + sizeof(Smem) + (EXACT ? I8_EXACT_SMEM(D) : 0));
-    float* a_band = reinterpret_cast<float*>(wit_s + 2 * NW * I8_TILE * NB);
+    float* a_band = reinterpret_cast<float*>(wit_s + 2 * I8_TILE * NB);
     float* gqk = a_band + 8 * NB;
     // a launch-layer bug, never a result: too little shared memory, pages other than 16 tokens, a
     // band count the witness staging does not serve
@@ -228,9 +228,11 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
         }
         i8_copy_scales<NG>(&sh.ks[buf][ww][lane][0], scales + (rowk + slot) * NG, v);
         cp_async4_zfill(&sh.vs[buf][ww][lane][0], scales + (rowv + slot) * NG + 2 * ww, v && te_ < 0);
-        if constexpr (TA)  // the token's K witness row (NB fp16 band sums, 16-byte pieces)
+        // the token's K witness row (NB fp16 band sums, 16-byte pieces), staged by the warp whose
+        // certificate blocks hold the token only (each row read once per CTA, not once per warp)
+        if (TA && lane / (8 * NBW) == ww)
             for (int k = 0; k < NB; k += 8)
-                cp_async16_zfill(&wit_s[((buf * NW + ww) * I8_TILE + lane) * NB + k], wit + (rowk + slot) * NB + k, v);
+                cp_async16_zfill(&wit_s[(buf * I8_TILE + lane) * NB + k], wit + (rowk + slot) * NB + k, v);
         cp_async_commit();
     };
     // the first tile: its page, slots and tier entries (a chain of dependent loads) and its rows.
@@ -620,7 +622,7 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                             const bool v = (vm >> tk) & 1u;
                             float c2 = u + be;  // (without a Tier-A term be carries γ_t)
                             if constexpr (TA) {  // c^A = Σ_b a_b·w_{t,b} in band order; c_t = min(c^A, c^B) + γ_t
-                                const u16* wr = &wit_s[((buf * NW + w) * I8_TILE + tk) * NB];
+                                const u16* wr = &wit_s[(buf * I8_TILE + tk) * NB];
                                 const float* ab = &a_band[g * NB];
                                 float ca = 0.0f;
 #pragma unroll 2

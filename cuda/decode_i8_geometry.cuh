@@ -35,10 +35,10 @@ struct I8Smem {
 // with the exact tier, beyond I8Smem<D>: the partial Σ|q_c||k_c| of exact-tier tokens per warp, head
 // and token (floats; one buffer, behind a CTA barrier in tiles that have such tokens)
 #define I8_EXACT_SMEM(D) (((D) / I8_WARP_CH) * 8 * I8_TILE * 4)
-// with a Tier-A term, beyond those: the staged K witness rows (fp16, NB bands, per buffer, warp and
-// token), the band coefficients (float, [8][NB]) and the evaluation term's per-group coefficients
-// (float, [8][D / 32])
-#define I8_TIER_A_SMEM(D, NB) (2 * ((D) / I8_WARP_CH) * I8_TILE * (NB) * 2 + 8 * (NB) * 4 + 8 * ((D) / 32) * 4)
+// with a Tier-A term, beyond those: the staged K witness rows (fp16, NB bands, per buffer and token,
+// each row staged by the warp that certifies the token), the band coefficients (float, [8][NB]) and
+// the evaluation term's per-group coefficients (float, [8][D / 32])
+#define I8_TIER_A_SMEM(D, NB) (2 * I8_TILE * (NB) * 2 + 8 * (NB) * 4 + 8 * ((D) / 32) * 4)
 
 template <int D>
 struct I8Setup {

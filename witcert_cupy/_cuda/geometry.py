@@ -146,12 +146,13 @@ def i8_smem_bytes(head_dim, exact=False, num_bands=0):
     per token and buffer, and the partial logits of 8 heads per buffer; per head and group the
     constants (16 bytes) and the query digits (24 bytes); the end's exchange of the warps after the
     first (4 floats a lane); with the exact tier, a partial Σ|q||k| per warp, head and token; with
-    Tier A, each warp's staged witness rows per buffer, and per head the band
+    Tier A, the tile's staged witness rows per buffer (each by the warp certifying its token), and
+    per head the band
     coefficients and the evaluation term's per-group coefficients."""
     nw, ng = head_dim // I8_WARP_CH, head_dim // 32
     per_warp = 2 * 2 * 32 * 64 + 2 * 32 * 64 + 2 * 32 * ng * 2 + 2 * 32 * 2 * 2 + 2 * 8 * 32 * 4
     base = nw * per_warp + 8 * ng * (16 + 4 * 16 + 4 * 8) + max(nw - 1, 1) * 32 * 4 * 4
-    tier_a = 2 * nw * 32 * num_bands * 2 + 8 * num_bands * 4 + 8 * ng * 4 if num_bands else 0
+    tier_a = 2 * 32 * num_bands * 2 + 8 * num_bands * 4 + 8 * ng * 4 if num_bands else 0
     return base + (nw * 8 * 32 * 4 if exact else 0) + tier_a
 
 
