@@ -625,11 +625,15 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                                 const u16* wr = &wit_s[(buf * I8_TILE + tk) * NB];
                                 const float* ab = &a_band[g * NB];
                                 float ca = 0.0f;
+                                // (four bands a step: one 8-byte load of the row, one 16-byte load of the coefficients)
 #pragma unroll 2
-                                for (int bb = 0; bb < NB; bb += 2) {
-                                    const u32 wv = *reinterpret_cast<const u32*>(wr + bb);
-                                    ca += ab[bb] * f16_to_f32((u16)wv);
-                                    ca += ab[bb + 1] * f16_to_f32((u16)(wv >> 16));
+                                for (int bb = 0; bb < NB; bb += 4) {
+                                    const uint2 wv = *reinterpret_cast<const uint2*>(wr + bb);
+                                    const float4 a4 = *reinterpret_cast<const float4*>(ab + bb);
+                                    ca += a4.x * f16_to_f32((u16)wv.x);
+                                    ca += a4.y * f16_to_f32((u16)(wv.x >> 16));
+                                    ca += a4.z * f16_to_f32((u16)wv.y);
+                                    ca += a4.w * f16_to_f32((u16)(wv.y >> 16));
                                 }
                                 ca = ca <= WC_F32_MAX ? ca : INFINITY;  // (NaN: +inf)
                                 c2 = (TB ? fminf(ca, c2) : ca) + ge;
