@@ -201,6 +201,14 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
         const int e = tier_map[(i64)h * tier_stride + (int)(sl_ >> psh)];
         return e >= 0 && e < tier_cap ? e : -1;
     };
+    // ... read a tile ahead: the raw entry of the lane's page of a later tile (any in-bounds entry for
+    // a page id outside the map: its slot is invalid, so the entry is never used), and the entry of
+    // a slot on that page, so that staging a tile never waits on the tier map's round trip
+    auto page_entry = [&](int page) -> int {
+        if (!EXACT) return -1;
+        return tier_map[(i64)h * tier_stride + ((u32)page < (u32)tier_stride ? page : 0)];
+    };
+    auto entry_of = [&](i64 sl_, int pe_) -> int { return EXACT && sl_ >= 0 && pe_ >= 0 && pe_ < tier_cap ? pe_ : -1; };
     // an exact-tier token's rows (the warp's 64 channels of K and V: a 128-byte line each) brought
     // into L2 a tile ahead of the passes that read them, whose loads then wait on L2, not DRAM
     auto prefetch_tier = [&](int e, i64 sl_, int ww) {
@@ -443,6 +451,7 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
     bool hbad = false, vbad = false;
     const int zero4[4] = {0, 0, 0, 0};
 
+    int pe = page_entry(pg);  // (the next tile's page: its entry, once per split)
     int it = 0;
     for (i64 t0 = ta; t0 < tb; t0 += I8_TILE, ++it) {
         const int buf = it & 1;
@@ -455,7 +464,7 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
         // the next tile's rows start loading now (the warp's buffer they land in was last read by
         // its previous tile, which every lane finished before the closing __syncwarp)
         const i64 sln = slot_at(t0 + I8_TILE, pg);
-        const int ten = tier_entry(sln);
+        const int ten = entry_of(sln, pe);
         if (t0 + I8_TILE < tb) stage(buf ^ 1, sln, ten, w);
         else cp_async_commit();  // (an empty group keeps the wait below uniform)
         pg = page_of(t0 + 2 * I8_TILE);
@@ -538,7 +547,8 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                 }
             }
         }
-        prefetch_tier(ten, sln, w);  // (after the K products, under which the tier map's entry arrived)
+        prefetch_tier(ten, sln, w);
+        pe = page_entry(pg);  // (after the K products, under which the page id arrived)
         __syncthreads();  // every warp's partial logits
         // ℓ̃ = ((Σ_w part_w)·Fm)·P1·P2 with the warps' parts added pairwise (part₀ + part₁, and
         // (part₀ + part₁) + (part₂ + part₃) at d = 256: at most two roundings, which the evaluation
