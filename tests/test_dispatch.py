@@ -19,7 +19,11 @@ TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
     ({"G": 4, "tokens": 4096}, ("v2", True)), ({"G": 7, "tokens": 4096}, ("i8", True)),  # short contexts
     ({"bits": 16}, ("v2", True)), ({"bits": 24}, ("v2", True)),   # other resolutions: staged tile
     ({"tier": TIER_A, "num_bands": 16}, ("i8", False)),           # Tier A/AB: form (I) over 8–64 bands,
-    ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8}, ("v2", False)),  # at d = 128 by the measured rule
+    ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8, "G": 4, "tokens": 4096}, ("i8", False)),  # at d = 128
+    ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8, "G": 3, "tokens": 4096}, ("v2", False)),  # from G = 4,
+    ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 16, "G": 3, "tokens": 4096}, ("v2", False)),  # at G = 3
+    ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8, "G": 3, "tokens": 32768}, ("i8", False)),  # from 16k
+    ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8, "G": 2, "tokens": 32768}, ("v2", False)),  # tokens
     ({"tier": TIER_A | 2, "num_bands": 16, "G": 7, "tokens": 4096}, ("i8", False)),
     ({"tier": TIER_A, "num_bands": 8, "head_dim": 64, "pairs": 2}, ("i8", False)),  # elsewhere at any size
     ({"tier": TIER_A | 2, "num_bands": 64, "head_dim": 256}, ("i8", False)),

@@ -130,6 +130,13 @@ I8_EXACT_MIN_G = 4  # with an exact tier and no Tier-A term: from here at any ba
 # (AB, 16 bands) form (I) pays the tier's fp32 products and the witness's band sums in one pass and
 # wins only from I8_WIDE_G heads per kv head: B = 8, 32k: 32/8 697 / 648, 28/4 369 / 412; B = 2,
 # 32/8, 32k 192 / 180; B = 4, 28/4, 4k 55.2 / 55.9.
+I8_TIER_A_MIN_G = 4  # with a Tier-A term and no exact tier: from here at any batch and context
+# With a Tier-A term (AB, 16 bands) and no exact tier form (I) stages each witness row once per CTA
+# and sums four bands a load, and is the choice from I8_TIER_A_MIN_G heads per kv head at any batch
+# and context, at G = 3 from I8_LONG_TOKENS tokens (H100, bench/lab/ab_trees.py with the kernel
+# forced, one process, certified µs i8 / v2): B = 1, 4k: 32/8 22.8 / 23.4, 24/8 22.4 / 21.7; B = 2,
+# 4k: 32/8 31.2 / 35.4, 24/8 30.7 / 30.5; B = 4, 24/8, 4k 49.7 / 50.5; B = 1, 32k: 32/8 78.4 / 98.0,
+# 24/8 78.2 / 89.4.
 
 
 def i8_threads(head_dim):
@@ -161,6 +168,8 @@ def i8_serves(G, pairs, tokens, exact_tier=False, tier_a=False):
     heads per kv head, ``pairs`` (request, kv head) pairs, ``tokens`` the mean request's tokens,
     ``exact_tier`` a pool with an exact tier, ``tier_a`` a certificate with a Tier-A term."""
     if exact_tier and not tier_a and G >= I8_EXACT_MIN_G:  # the staged tile's general layout: slower
+        return True
+    if tier_a and not exact_tier and G >= I8_MIN_G and (G >= I8_TIER_A_MIN_G or tokens >= I8_LONG_TOKENS):
         return True
     long_enough = tokens >= I8_LONG_TOKENS and not (exact_tier and tier_a)
     return pairs >= I8_MIN_PAIRS and G >= I8_MIN_G and (G >= I8_WIDE_G or long_enough)
