@@ -530,6 +530,8 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                     const u16* kr0 = i8_tier_row<D>(tier_k, e0, __shfl_sync(0xffffffffu, slot, tk), psh) + I8_WARP_CH * w;
                     const u16* kr1 = i8_tier_row<D>(tier_k, e1, __shfl_sync(0xffffffffu, slot, tk + 1), psh) + I8_WARP_CH * w;
                     float acc0 = 0.0f, aac0 = 0.0f, acc1 = 0.0f, aac1 = 0.0f;
+                    // (unrolled whole: all sixteen loads per row in flight at once, where rounds of four
+                    // were dependent trips to L2 on a short split's critical path)
 #pragma unroll
                     for (int c = 0; c < I8_WARP_CH; c += 4) {
                         const float4 qv = *reinterpret_cast<const float4*>(qg_ + c);

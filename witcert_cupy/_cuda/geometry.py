@@ -129,7 +129,8 @@ I8_EXACT_MIN_G = 4  # with an exact tier and no Tier-A term: from here at any ba
 # 27.6 / 25.7; B = 2, 32/8, 4k 36.9 / 40.5; B = 1, 32/8, 32k 79.0 / 99.7.  With a Tier-A term as well
 # (AB, 16 bands) form (I) pays the tier's fp32 products and the witness's band sums in one pass and
 # wins only from I8_WIDE_G heads per kv head: B = 8, 32k: 32/8 697 / 648, 28/4 369 / 412; B = 2,
-# 32/8, 32k 192 / 180; B = 4, 28/4, 4k 55.2 / 55.9.
+# 32/8, 32k 192 / 180; B = 4, 28/4, 4k 55.2 / 55.9 (measured before the witness staging and band
+# sum below took 20% off form (I)'s Tier-AB steps without an exact tier: to be measured again).
 I8_TIER_A_MIN_G = 4  # with a Tier-A term and no exact tier: from here at any batch and context
 # With a Tier-A term (AB, 16 bands) and no exact tier form (I) stages each witness row once per CTA
 # and sums four bands a load, and is the choice from I8_TIER_A_MIN_G heads per kv head at any batch
@@ -154,8 +155,7 @@ def i8_smem_bytes(head_dim, exact=False, num_bands=0):
     constants (16 bytes) and the query digits (24 bytes); the end's exchange of the warps after the
     first (4 floats a lane); with the exact tier, a partial Σ|q||k| per warp, head and token; with
     Tier A, the tile's staged witness rows per buffer (each by the warp certifying its token), and
-    per head the band
-    coefficients and the evaluation term's per-group coefficients."""
+    per head the band coefficients and the evaluation term's per-group coefficients."""
     nw, ng = head_dim // I8_WARP_CH, head_dim // 32
     per_warp = 2 * 2 * 32 * 64 + 2 * 32 * 64 + 2 * 32 * ng * 2 + 2 * 32 * 2 * 2 + 2 * 8 * 32 * 4
     base = nw * per_warp + 8 * ng * (16 + 4 * 16 + 4 * 8) + max(nw - 1, 1) * 32 * 4 * 4
