@@ -45,7 +45,7 @@ PROBES = [
     ("        cp_async_wait_group<1>();\n        __syncwarp();", "        if (it == 0) WC_TL(5, wc_clk());"),
     ("            *reinterpret_cast<float2*>(&sh.xp[buf][w][g][8 * n + 2 * t]) = make_float2(inner[0], inner[1]);\n"
      "        }", "        if (it == 0) WC_TL(6, wc_clk());"),
-    ("        prefetch_tier(ten, sln, w);  // (after the K products, under which the tier map's entry arrived)",
+    ("        prefetch_tier(ten, sln, w);\n        pe = page_entry(pg);  // (after the K products, under which the page id arrived)",
      None),  # (the exact K pass ends just above this line: the probe goes before it)
     ("        __syncthreads();  // every warp's partial logits", "        if (it == 0) WC_TL(8, wc_clk());"),
     ("        // 4. V over the warp's two groups: P' = p̃·s per token and group, its digits, o += P'·V̂",
