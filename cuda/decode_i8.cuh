@@ -194,21 +194,19 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
     // row's K scales and its half's V scales; rows past the split's end or on a bad page land as zeros
     auto page_of = [&](i64 t0n) { return tile_page(kv_indices, rp.p0, t0n, tb, lane, psh); };
     auto slot_at = [&](i64 t0n, int page) { return tile_slot(t0n, tb, lane, page, psh, num_pages, poisoned); };
-    // the exact tier's entry of a valid slot's page (SPEC §7), or -1: its tokens are served from the
-    // tier's fp16 rows [tier_cap, 16, D] with c_t = γ_t of their fp32 dot product
-    auto tier_entry = [&](i64 sl_) -> int {
-        if (!EXACT || sl_ < 0) return -1;
-        const int e = tier_map[(i64)h * tier_stride + (int)(sl_ >> psh)];
-        return e >= 0 && e < tier_cap ? e : -1;
-    };
-    // ... read a tile ahead: the raw entry of the lane's page of a later tile (any in-bounds entry for
-    // a page id outside the map: its slot is invalid, so the entry is never used), and the entry of
-    // a slot on that page, so that staging a tile never waits on the tier map's round trip
+    // the exact tier's map entry of a page (SPEC §7), raw (any in-bounds entry for a page id outside
+    // the map: its slot is invalid, so the entry is never used), and the entry of a slot on that
+    // page, or -1: its tokens are served from the tier's fp16 rows [tier_cap, 16, D] with c_t = γ_t
+    // of their fp32 dot product.  The loop reads a page's entry a tile ahead, so that staging a tile
+    // never waits on the map's round trip; the first tile's comes on its chain (tier_entry)
     auto page_entry = [&](int page) -> int {
         if (!EXACT) return -1;
         return tier_map[(i64)h * tier_stride + ((u32)page < (u32)tier_stride ? page : 0)];
     };
     auto entry_of = [&](i64 sl_, int pe_) -> int { return EXACT && sl_ >= 0 && pe_ >= 0 && pe_ < tier_cap ? pe_ : -1; };
+    auto tier_entry = [&](i64 sl_) -> int {
+        return !EXACT || sl_ < 0 ? -1 : entry_of(sl_, page_entry((int)(sl_ >> psh)));
+    };
     // an exact-tier token's rows (the warp's 64 channels of K and V: a 128-byte line each) brought
     // into L2 a tile ahead of the passes that read them, whose loads then wait on L2, not DRAM
     auto prefetch_tier = [&](int e, i64 sl_, int ww) {
