@@ -435,7 +435,15 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
     // the same in every warp), o for channels 64w + 16cb + 4t .. + 3 (cb < 4) before the division
     // by l, Σ P' per group of the warp over the thread's tokens, λ's running maximum and sum over the
     // thread's certified tokens (warp w: 8-token blocks NBW·w .. NBW·w + NBW − 1), cmax (log2 units)
-    float m = -INFINITY, l = 0.0f, m2 = -INFINITY, l2 = 0.0f, cmx = (hflags & 2) ? INFINITY : 0.0f;
+    // (with G <= 4 and no page contributions rows g >= 4 carry no head, so at d >= 128 the
+    // certificate's work is halved over the rows: lane (g, t) takes half of head g mod 4's certified
+    // tokens, lane (g + 4, t) the other half, their sums meeting at the end; a head's overflowing
+    // coefficients (flag 2) are counted by its first lane.  At d = 64 the instances sit at the
+    // register budget's edge, and there it spilled)
+    constexpr bool HALF = G <= 4 && !PAGES && NW > 1;
+    const int hc = HALF ? (g & 3) : g;  // the head this lane certifies
+    const bool hi = HALF && g >= 4;     // ... with its second half of tokens
+    float m = -INFINITY, l = 0.0f, m2 = -INFINITY, l2 = 0.0f, cmx = (!hi && (hflags & 2)) ? INFINITY : 0.0f;
     // exact-tier tokens: the logit's scale in log2 units (fp32 sm times log2 e: with the product, the
     // four roundings docs/certificate.md §10.1 counts), c_t = γ_t per unit of Σ|q_c||k_c| (log2
     // units with the slack, rounded up), and the largest such c_t (Γ's share of exact tokens)
@@ -614,17 +622,22 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                     for (int nn = 0; nn < NC; ++nn)
 #pragma unroll
                         for (int i = 0; i < 2; ++i) {
-                            const int n = NBW * w + NC * pp + nn, tk = 8 * n + 2 * t + i;
+                            // (HALF: the chunk's first NC of its 2·NC (block, token) pairs p = 2nn + i, the
+                            // lanes g >= 4 taking pair NC + p instead, whose logit their partner holds)
+                            const int p = 2 * nn + i;
+                            if (HALF && p >= NC) continue;
+                            const int n0 = NBW * w + NC * pp + nn, n1 = NBW * w + NC * pp + (NC + p) / 2, i1 = (NC + p) % 2;
+                            const int n = hi ? n1 : n0, tk = 8 * n + 2 * t + (hi ? i1 : i);
                             [[maybe_unused]] float u2 = 0.0f, be = 0.0f, ge = 0.0f;  // (per tier)
 #pragma unroll
                             for (int gp = 0; gp < NG / 2; ++gp) {  // two groups a word; Tier B's a1, a2
                                 const u32 kw = *reinterpret_cast<const u32*>(&sh.ks[buf][w][tk][2 * gp]);
 #pragma unroll
                                 for (int hh = 0; hh < 2; ++hh) {
-                                    const float2 cq = i8_coef_pair<NG == 8>(&sh.cf[g][2 * gp + hh].z);
+                                    const float2 cq = i8_coef_pair<NG == 8>(&sh.cf[hc][2 * gp + hh].z);
                                     const float s1 = f16_to_f32((u16)(kw >> (16 * hh)));
                                     if constexpr (TB) u2 += __fmul_rn(s1, s1) * cq.y, be += s1 * cq.x;
-                                    if constexpr (TA) ge += s1 * gqk[g * NG + 2 * gp + hh];
+                                    if constexpr (TA) ge += s1 * gqk[hc * NG + 2 * gp + hh];
                                 }
                             }
                             float u = 0.0f;
@@ -633,7 +646,7 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                             float c2 = u + be;  // (without a Tier-A term be carries γ_t)
                             if constexpr (TA) {  // c^A = Σ_b a_b·w_{t,b} in band order; c_t = min(c^A, c^B) + γ_t
                                 const u16* wr = &wit_s[(buf * I8_TILE + tk) * NB];
-                                const float* ab = &a_band[g * NB];
+                                const float* ab = &a_band[hc * NB];
                                 float ca = 0.0f;
                                 // (four bands a step: one 8-byte load of the row, one 16-byte load of the coefficients)
 #pragma unroll 2
@@ -653,7 +666,7 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                                 if ((em >> tk) & 1u) {  // c_t = γ_t: Σ|q_c||k_c| over every warp's channels
                                     float ad[NW];
 #pragma unroll
-                                    for (int ww = 0; ww < NW; ++ww) ad[ww] = xa[(ww * 8 + g) * I8_TILE + tk];
+                                    for (int ww = 0; ww < NW; ++ww) ad[ww] = xa[(ww * 8 + hc) * I8_TILE + tk];
 #pragma unroll
                                     for (int span = 1; span < NW; span *= 2)
 #pragma unroll
@@ -666,7 +679,15 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                             lw[nn][i] = lt[0][i];  // lt[n][i], n warp-dependent: selected, not indexed
 #pragma unroll
                             for (int n2 = 1; n2 < 4; ++n2)
-                                if (n2 == n) lw[nn][i] = lt[n2][i];
+                                if (n2 == n0) lw[nn][i] = lt[n2][i];
+                            if constexpr (HALF) {
+                                float l1 = lt[0][(NC + p) % 2];
+#pragma unroll
+                                for (int n2 = 1; n2 < 4; ++n2)
+                                    if (n2 == n1) l1 = lt[n2][(NC + p) % 2];
+                                l1 = __shfl_xor_sync(0xffffffffu, l1, 16);
+                                if (hi) lw[nn][i] = l1;
+                            }
                             x[nn][i] = v ? lw[nn][i] + c2 : -INFINITY;
                             mx2 = fmaxf(mx2, x[nn][i]);
                         }
@@ -674,7 +695,10 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                     if (mn2 != -INFINITY) {  // (an infinite c_t makes cmax infinite: the end reports λ = +inf)
                         float add = 0.0f;
 #pragma unroll
-                        for (int nn = 0; nn < NC; ++nn) add += exp2f(x[nn][0] - mn2) + exp2f(x[nn][1] - mn2);
+                        for (int nn = 0; nn < NC; ++nn) {
+                            if constexpr (!HALF) add += exp2f(x[nn][0] - mn2) + exp2f(x[nn][1] - mn2);
+                            else if (2 * nn < NC) add += NC == 1 ? exp2f(x[0][0] - mn2) : exp2f(x[0][0] - mn2) + exp2f(x[0][1] - mn2);
+                        }
                         l2 = __fmaf_rn(l2, exp2f(m2 - mn2), add);
                         m2 = mn2;
                     }
@@ -866,12 +890,18 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
             for (int k = 0; k < 4; ++k) onf = onf || !is_finite32(o[cb][k]);
         if (onf && g < G && !hbad && !(hflags & 1)) vbad = true;
     }
+    if constexpr (HALF) {  // the two halves of each head's certified tokens
+        cmx = fmaxf(cmx, __shfl_xor_sync(0xffffffffu, cmx, 16));
+        gmx = fmaxf(gmx, __shfl_xor_sync(0xffffffffu, gmx, 16));
+    }
     float M2 = m2;
     M2 = fmaxf(M2, __shfl_xor_sync(0xffffffffu, M2, 1));
     M2 = fmaxf(M2, __shfl_xor_sync(0xffffffffu, M2, 2));
+    if constexpr (HALF) M2 = fmaxf(M2, __shfl_xor_sync(0xffffffffu, M2, 16));
     l2 = m2 == -INFINITY ? 0.0f : l2 * exp2f(m2 - M2);
     l2 += __shfl_xor_sync(0xffffffffu, l2, 1);
     l2 += __shfl_xor_sync(0xffffffffu, l2, 2);
+    if constexpr (HALF) l2 += __shfl_xor_sync(0xffffffffu, l2, 16);
     if (w > 0) {
         float* lw_ = sh.lam[w - 1][lane];
         lw_[0] = M2, lw_[1] = l2, lw_[2] = cmx, lw_[3] = gmx;
