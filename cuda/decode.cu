@@ -698,7 +698,7 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
                                         const int* __restrict__ requests, long long* counts, u64* keys,
                                         int capacity, int Hq, u64 key, long long limit) {
     extern __shared__ __align__(16) float mg_s[];
-    float* lp_s = mg_s;                 // lse_s, then the weights e^{lse_s − lse} (−1: empty split)
+    float* lp_s = mg_s;                 // lse_s, then the weights e^{lse_s − max}/Σ (−1: empty split)
     float* lm_s = mg_s + MG_PAD(ns);    // λ_s, then e^{λ_s − max λ}
     float* ex_s = mg_s + 2 * MG_PAD(ns);  // e^{lse_s − max lse}
     float* ob_s = mg_s + merge_smem_floats(ns);  // [ns][D]: the cell's o_part rows (pf)
@@ -804,7 +804,9 @@ extern "C" __global__ void decode_merge(const float* __restrict__ o_part, const 
         L = mx + logf(tot);
         // A >= 1 exactly; below 0 is fp32 rounding
         la = lmx == INFINITY ? INFINITY : (lmx == -INFINITY ? 0.0f : fmaxf(lmx + logf(t2) - L, 0.0f));
-        for (int s = tid; s < ns; s += nt) lp_s[s] = lp_s[s] != -INFINITY ? expf(lp_s[s] - L) : -1.0f;
+        // the weights e^{lse_s − max}/Σ: they sum to 1 within fp32 even where lse is so large that its
+        // own rounding moves e^{lse_s − lse} by a factor (docs/certificate.md §5)
+        for (int s = tid; s < ns; s += nt) lp_s[s] = lp_s[s] != -INFINITY ? ex_s[s] / tot : -1.0f;
         if (pref) merge_rows_landed(bar);  // (the cp.async pieces: the barrier makes everyone's visible)
         __syncthreads();
         // o: one loop per source of the rows, whole batches of MG_BATCH unguarded loads, then the

@@ -85,6 +85,23 @@ def test_split_count_invariance():
         assert np.array_equal(r.cmax, base.cmax)  # a max over identical per-token values
 
 
+def test_merge_weights_sum_to_one_at_any_lse():
+    """The merge forms o from weights e^{lse_s − max}/Σ (docs/certificate.md §5): with eight equal
+    splits at lse = 1.9e8 (ulp 16) the rounded lse equals the largest split's, and weights
+    e^{lse_s − fl(lse)} would sum to 8; the mixture of equal rows must be that row."""
+    from witcert_cupy._cpu.decode import merge_splits
+
+    ns, d = 8, 4
+    o_part = np.ones((1, 1, ns, d), np.float32)
+    lse_part = np.full((1, 1, ns), 1.9e8, np.float32)
+    lam_part = np.full((1, 1, ns), 1.9e8 + 64, np.float32)
+    zeros = np.zeros((1, 1, ns), np.float32)
+    o = np.empty((1, 1, d), np.float32)
+    lse, log_a, cmax, gam = (np.empty((1, 1), np.float32) for _ in range(4))
+    merge_splits(o_part, lse_part, lam_part, zeros, zeros, np.float32(0), o, lse, log_a, cmax, gam)
+    np.testing.assert_allclose(o, 1.0, rtol=1e-6)
+
+
 def test_batch_order_invariance():
     rng = np.random.default_rng(1)
     pool, table, _, _ = filled_pool(rng, lengths=[50, 400, 3, 129, 77])

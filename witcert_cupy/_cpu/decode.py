@@ -443,7 +443,9 @@ def _add_up(a, b):
 
 @njit(parallel=True, cache=True)
 def merge_splits(o_part, lse_part, lam_part, cmax_part, gam_part, g0, o, lse, log_a, cmax, gam):
-    """Stage 2 (SPEC §6): ``lse = LSE_s lse_s``, ``o = Σ e^{lse_s - lse} o_s``,
+    """Stage 2 (SPEC §6): ``lse = LSE_s lse_s``, ``o = Σ e^{lse_s - lse} o_s`` (formed as
+    ``Σ_s (e^{lse_s − max}/Σ_s' e^{lse_s' − max})·o_s``: weights that sum to 1 however far ``lse``'s
+    own rounding is from it, docs/certificate.md §5),
     ``log A = LSE_s λ_s - lse``, ``cmax = max_s``, ``Γ = max_s gam_s``.  Empty splits (``-inf``)
     weigh 0.  ``log A``, ``cmax`` and ``Γ`` are each raised by the underflow term ``g₀``, rounded up
     (docs/certificate.md §10.3); ``R`` is then formed from ``log A + Γ`` (§10.4).
@@ -492,7 +494,7 @@ def merge_splits(o_part, lse_part, lam_part, cmax_part, gam_part, g0, o, lse, lo
             acc = np.float32(0.0)
             for s in range(ns):
                 if lse_part[b, hq, s] != -_INF:
-                    acc += np.exp(lse_part[b, hq, s] - L) * o_part[b, hq, s, c]
+                    acc += np.float32(np.exp(lse_part[b, hq, s] - mx) / tot) * o_part[b, hq, s, c]
             o[b, hq, c] = acc
         if lmx == _INF:
             log_a[b, hq] = _INF
