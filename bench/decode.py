@@ -461,6 +461,7 @@ CONFIGS = {
     "witness_ab_16": ({"witness_bands": 16}, "AB", False, 0.0),
     "outliers_2": ({"n_outlier_pairs": 2}, "B", False, 0.0),
     "exact_tier_1pct": ({}, "B", False, 0.01),
+    "exact_tier_ab_16": ({"witness_bands": 16}, "AB", False, 0.01),  # the gate's pool under a Tier-AB certificate
     "page_contributions": ({}, "B", True, 0.0),
     "gate_step": ({}, "B", True, 0.01),  # what gated_decode launches: page contributions over an exact tier
 }

@@ -1,13 +1,13 @@
 // decode_i8.cuh — stage 1 of the split-KV decode in SPEC §6's form (I): the logits as exact integer
 // tensor-core products of the stored code and dither bytes with a three-digit integer split of the
 // power-of-two-scaled query, the values as integer products of the same bytes with three digits of
-// p̃·s.  INT8 pools at d = 64, 128 or 256, 8-bit dither, scale groups of 32, no outlier channels,
-// Tier A, B, AB (8–64 witness bands, a multiple of 8) or no certificate; the exact tier on pools of
-// 16-token pages; with Tier B per-page contributions (16-token pages, d ≤ 128), over the exact tier
-// or not (the gate's steps).  One file per head dim instantiates it (decode_i8_d64.cu, ...: the
+// p̃·s.  INT8 pools at d = 64, 128 or 256, 8-bit dither, scale groups of 32, Tier A, B, AB (8–64
+// witness bands, a multiple of 8) or no certificate; the exact tier on pools of 16-token pages; with
+// Tier B per-page contributions (16-token pages, d ≤ 128), over the exact tier or not (the gate's
+// steps); outlier pairs (up to I8_OUTL_MAX channels, without the exact tier or page contributions).  One file per head dim instantiates it (decode_i8_d64.cu, ...: the
 // compiles stay short).
 //
-// decode_stage1_i8<D, G, TIER, PAGES, EXACT>: grid (num_splits, Hkv, B), D / 64 warps per CTA serving the
+// decode_stage1_i8<D, G, TIER, PAGES, EXACT, OUTL>: grid (num_splits, Hkv, B), D / 64 warps per CTA serving the
 // kv head's G ≤ 8 query heads over its split, 32-token tiles through a two-deep cp.async pipeline per
 // warp.  Warp w owns channels [64w, 64w + 64) (scale groups 2w, 2w + 1) of every K and V row; lane
 // 4g + t ("thread (g, t)") owns query head g (rows g ≥ G compute on zeros) and, within a tile, the
@@ -36,6 +36,10 @@
 // channels, the warps' sums added pairwise, times fl(sm·log2 e)), c_t = γ_t of that order
 // (certificate.FORM_I_EXACT_ORDER, docs/certificate.md §10.1), their values p̃·v in fp32 beside the
 // integer products (which see p̃·s = 0 for them).
+// Outlier channels (OUTL): zero query digits (their codes add nothing), their stored fp16 K and V
+// staged per warp beside the codes; a token's logit adds fl(d_o·SL) to the integer part (d_o an fp32
+// chain over the channels), c_t adds gamma_exact·Σ|q_c||k_c| (docs/certificate.md §11), and their
+// values are p̃·v in fp32, which replace the integer products' result on those channels.
 // The values are held to SPEC §9's flash-attention rule (V does not enter the certificate); the
 // weights they apply are p̃ to 22 bits of each tile's largest, so both readings of p̃ (SPEC §5)
 // agree within fp32 resolution.
@@ -128,7 +132,7 @@ WC_D u32 dynamic_smem_bytes() {
     return r;
 }
 
-template <int D, int G, int TIER, bool PAGES, bool EXACT>
+template <int D, int G, int TIER, bool PAGES, bool EXACT, bool OUTL>
 __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
     decode_stage1_i8(const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
                      const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
@@ -139,12 +143,14 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                      const u16* __restrict__ wit, const int* __restrict__ band_ch, i64 N, int H, int layer,
                      int head_base, int page_shift, int num_pages, int nnz, int num_splits, int max_pages,
                      int tier_stride, int tier_cap, int NB, u32 k0, u32 k1, float sm, float log_budget,
-                     float beta_steps, float gamma_eval, float gamma_exact) {
+                     float beta_steps, float gamma_eval, float gamma_exact, const u16* __restrict__ outl,
+                     const int* __restrict__ bypass_ch, int NP2) {
     static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
     static_assert(G >= 1 && G <= 8, "G: 1 to 8 query heads per kv head");
     static_assert(TIER >= 0 && TIER <= 3, "tier code: 0 none, 1 A, 2 B, 3 AB");
     constexpr bool CERT = TIER != 0, TA = (TIER & 1) != 0, TB = (TIER & 2) != 0;
     static_assert(CERT || !PAGES, "page contributions are a certified step's");
+    static_assert(!OUTL || (!PAGES && !EXACT), "outlier pairs: without page contributions or the exact tier");
     constexpr int NW = D / I8_WARP_CH, NG = D / 32, THREADS = 32 * NW;
     constexpr int NBW = 4 / NW;  // 8-token blocks per warp of the certificate's work
     // (a warp's certificate blocks are whole 16-token pages up to d = 128)
@@ -162,10 +168,18 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
     u16* wit_s = reinterpret_cast<u16*>(i8_smem + sizeof(Smem) + (EXACT ? I8_EXACT_SMEM(D) : 0));
     float* a_band = reinterpret_cast<float*>(wit_s + 2 * I8_TILE * NB);
     float* gqk = a_band + 8 * NB;
+    // with outlier pairs, the channels (-1 past NP2), each head's query on them [head][j] and the
+    // staged K and V values [warp][buffer][token][side][j]
+    unsigned char* ol_base = i8_smem + sizeof(Smem) + (EXACT ? I8_EXACT_SMEM(D) : 0) + (TA ? I8_TIER_A_SMEM(D, NB) : 0);
+    int* och = reinterpret_cast<int*>(ol_base);
+    float* oq = reinterpret_cast<float*>(ol_base + 4 * I8_OUTL_MAX);
+    u16* orow = reinterpret_cast<u16*>(ol_base + 4 * I8_OUTL_MAX + 32 * NP2);
     // a launch-layer bug, never a result: too little shared memory, pages other than 16 tokens, a
     // band count the witness staging does not serve
-    if (dynamic_smem_bytes() < sizeof(Smem) + (EXACT ? I8_EXACT_SMEM(D) : 0) + (TA ? I8_TIER_A_SMEM(D, NB) : 0) ||
-        ((PAGES || EXACT) && page_shift != 4) || (TA && (NB < 8 || NB > 64 || NB % 8 != 0)))
+    if (dynamic_smem_bytes() < sizeof(Smem) + (EXACT ? I8_EXACT_SMEM(D) : 0) + (TA ? I8_TIER_A_SMEM(D, NB) : 0) +
+                                   (OUTL ? I8_OUTL_SMEM(D, NP2) : 0) ||
+        ((PAGES || EXACT) && page_shift != 4) || (TA && (NB < 8 || NB > 64 || NB % 8 != 0)) ||
+        (OUTL && (NP2 < 2 || NP2 > I8_OUTL_MAX || NP2 % 2 != 0)))
         __trap();
     // (PAGES and EXACT instances serve 16-token pages only, the check above: their shifts are
     // constants, where the runtime shift cost a register shift per address in every tile)
@@ -239,6 +253,16 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
         if (TA && lane / (8 * NBW) == ww)
             for (int k = 0; k < NB; k += 8)
                 cp_async16_zfill(&wit_s[(buf * I8_TILE + lane) * NB + k], wit + (rowk + slot) * NB + k, v);
+        // the token's outlier values, K then V (NP2 fp16 each, 4-byte pieces), into warp ww's buffer
+        if constexpr (OUTL) {
+            u16* dst = orow + ((ww * 2 + buf) * I8_TILE + lane) * 2 * NP2;
+            const u16* srk = outl + (rowk + slot) * NP2;
+            const u16* srv = outl + (rowv + slot) * NP2;
+            for (int j = 0; j < NP2; j += 2) {
+                cp_async4_zfill(dst + j, srk + j, v);
+                cp_async4_zfill(dst + NP2 + j, srv + j, v);
+            }
+        }
         cp_async_commit();
     };
     // the first tile: its page, slots and tier entries (a chain of dependent loads) and its rows.
@@ -265,6 +289,20 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
         const int idx = tid + THREADS * i;
         su.q[idx / D][idx % D] = qr[i];
     }
+    if constexpr (OUTL) {  // the outlier channels and each head's query on them (rows g >= G: 0); a
+        // channel outside the head poisons the split (channel 0 stands in, never used)
+        for (int idx = tid; idx < I8_OUTL_MAX + 8 * NP2; idx += THREADS) {
+            const int k = idx - I8_OUTL_MAX, gg = k / NP2, j = idx < I8_OUTL_MAX ? idx : k % NP2;
+            const int c = j < NP2 ? bypass_ch[h * NP2 + j] : -1;
+            const bool ok = (u32)c < (u32)D;
+            if (idx < I8_OUTL_MAX) {
+                if (j < NP2 && !ok) poisoned = true;
+                och[j] = ok ? c : -1;
+            } else {
+                oq[k] = ok && gg < G ? q[((i64)b * Hq + h * G + gg) * D + c] : 0.0f;
+            }
+        }
+    }
     __syncthreads();
     if constexpr (NW > 1) {
         if (w > 0) {
@@ -283,18 +321,27 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
         const int ENONE = -100000;  // a zero group
         bool fin = g < G;
         int e_own[NGL];
+        u32 bm[NGL];  // the group's outlier channels (their digits are 0: the exact values serve them)
         int eh = ENONE;
 #pragma unroll
         for (int k = 0; k < NGL; ++k) {
             const int gr = t + 4 * k;
             e_own[k] = ENONE;
+            bm[k] = 0u;
             if (gr >= NG) continue;
+            if constexpr (OUTL) {
+#pragma unroll
+                for (int j = 0; j < I8_OUTL_MAX; ++j) {
+                    const int c = och[j];
+                    if (c >= 0 && (c >> 5) == gr) bm[k] |= 1u << (c & 31);
+                }
+            }
             const float* qg = &su.q[g < G ? g : 0][32 * gr];
             float mx = 0.0f;
             for (int i = 0; i < 32; ++i) {  // (rotated by lane: the quad's reads fall on distinct banks)
                 const float v = qg[(i + lane) & 31];
                 fin = fin && fabsf(v) <= WC_F32_MAX;
-                mx = fmaxf(mx, fabsf(v));
+                if (!((bm[k] >> ((i + lane) & 31)) & 1u)) mx = fmaxf(mx, fabsf(v));
             }
             if (g >= G) mx = 0.0f;
             int eg;
@@ -318,6 +365,7 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
             if (gr >= NG) break;
             const float* qg = &su.q[g < G ? g : 0][32 * gr];
             const int eo = k == 0 ? e_own[0] : e_own[NGL - 1];  // (NGL <= 2; not indexed: no stack)
+            const u32 bmk = k == 0 ? bm[0] : bm[NGL - 1];
             const int delta = eo == ENONE ? 0 : min(eh - eo, WC_FORM_I_MAX_GROUP_SHIFT);
             const int S = WC_FORM_I_QUERY_BITS - eh + delta;
             // the split: Q = rint(q·2^S) = 2^16 a0 + 2^8 a1 + a2, r = q·2^S − Q (both exact)
@@ -329,7 +377,7 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                 u32 wd[3] = {0u, 0u, 0u};
 #pragma unroll
                 for (int c = 0; c < 4; ++c) {
-                    const float qs = hfin ? ldexpf(qg[4 * wi + c], S) : 0.0f;
+                    const float qs = hfin && !((bmk >> (4 * wi + c)) & 1u) ? ldexpf(qg[4 * wi + c], S) : 0.0f;
                     const float qf = rintf(qs);
                     const int Q = (int)qf;
                     sr = __dadd_ru(sr, (double)fabsf(qs - qf));
@@ -357,7 +405,7 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
 #pragma unroll 1
                 for (int c = 0; c < 32; ++c) {
                     const float qv = qg[c];
-                    nfl += fabsf(qv) >= WC_F32_MIN_NORMAL && ldexpf(qv, S) == 0.0f;
+                    nfl += !((bmk >> c) & 1u) && fabsf(qv) >= WC_F32_MIN_NORMAL && ldexpf(qv, S) == 0.0f;
                 }
                 sr = __dadd_ru(sr, nfl * (double)WC_F32_MIN_NORMAL);
             }
@@ -377,7 +425,8 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
             if (CERT && hfin) {  // (Tier A alone: b1's β term is not used)
                 float q1, q2;
                 int en;
-                normalized_sums(qg, 32, [](int i) { return i; }, [](int) { return false; }, q1, q2, en);
+                normalized_sums(qg, 32, [](int i) { return i; }, [bmk](int i) { return ((bmk >> i) & 1u) != 0u; }, q1, q2,
+                                en);
                 group_coefficients(smx, q1, q2, en, log_term, beta_steps, b2, b1);
             }
             // (with a Tier-A term the evaluation term stays apart: c_t = min(c^A, c^B) + γ_t)
@@ -439,8 +488,8 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
     // certificate's work is halved over the rows: lane (g, t) takes half of head g mod 4's certified
     // tokens, lane (g + 4, t) the other half, their sums meeting at the end; a head's overflowing
     // coefficients (flag 2) are counted by its first lane.  At d = 64 the instances sit at the
-    // register budget's edge, and there it spilled)
-    constexpr bool HALF = G <= 4 && !PAGES && NW > 1;
+    // register budget's edge, and there it spilled; so did d = 256 beside the outlier pairs' sums)
+    constexpr bool HALF = G <= 4 && !PAGES && NW > 1 && !(OUTL && NW > 2);
     const int hc = HALF ? (g & 3) : g;  // the head this lane certifies
     const bool hi = HALF && g >= 4;     // ... with its second half of tokens
     float m = -INFINITY, l = 0.0f, m2 = -INFINITY, l2 = 0.0f, cmx = (!hi && (hflags & 2)) ? INFINITY : 0.0f;
@@ -453,6 +502,9 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
     float o[4][4], cs[2];
 #pragma unroll
     for (int cb = 0; cb < 4; ++cb) o[cb][0] = o[cb][1] = o[cb][2] = o[cb][3] = 0.0f;
+    [[maybe_unused]] float ov[OUTL ? I8_OUTL_MAX : 1];  // with outlier pairs: Σ p̃·v of each outlier channel
+#pragma unroll
+    for (int j = 0; j < (OUTL ? I8_OUTL_MAX : 1); ++j) ov[j] = 0.0f;
     cs[0] = cs[1] = 0.0f;
     bool hbad = false, vbad = false;
     const int zero4[4] = {0, 0, 0, 0};
@@ -580,6 +632,21 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                     if ((emt >> (8 * n + 1)) & 1u) lt[n][1] = __fmul_rn(pw[0].y, SL);
                 }
             }
+            if constexpr (OUTL) {  // the outlier channels' fp32 dot product (a chain in channel-list
+                // order, products and sums each rounded), times SL, added once (docs/certificate.md §11)
+                const u16* kr = orow + ((w * 2 + buf) * I8_TILE + 8 * n + 2 * t) * 2 * NP2;
+                float d0 = 0.0f, d1 = 0.0f;
+#pragma unroll
+                for (int j = 0; j < I8_OUTL_MAX; ++j) {
+                    if (j < NP2) {
+                        const float qv = oq[g * NP2 + j];
+                        d0 = __fadd_rn(d0, __fmul_rn(qv, f16_to_f32(kr[j])));
+                        d1 = __fadd_rn(d1, __fmul_rn(qv, f16_to_f32(kr[2 * NP2 + j])));
+                    }
+                }
+                lt[n][0] = __fadd_rn(lt[n][0], __fmul_rn(d0, SL));
+                lt[n][1] = __fadd_rn(lt[n][1], __fmul_rn(d1, SL));
+            }
         }
         // 3. the online softmax over the tile (head g: the quad's 32 tokens)
         float mx = -INFINITY;
@@ -644,6 +711,18 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                             if constexpr (TB) asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(u) : "f"(u2));
                             const bool v = (vm >> tk) & 1u;
                             float c2 = u + be;  // (without a Tier-A term be carries γ_t)
+                            if constexpr (OUTL) {  // γ_t's exact part GX·Σ|q_c||k_c| over the outlier
+                                // channels, every step rounded up: in c_t beside β's (Γ: its largest)
+                                const u16* kr = orow + ((w * 2 + buf) * I8_TILE + tk) * 2 * NP2;
+                                float ao = 0.0f;
+#pragma unroll
+                                for (int j = 0; j < I8_OUTL_MAX; ++j)
+                                    if (j < NP2) ao = __fadd_ru(ao, __fmul_ru(fabsf(oq[hc * NP2 + j]), fabsf(f16_to_f32(kr[j]))));
+                                ao = __fmul_ru(GX, ao);
+                                if constexpr (TA) ge = __fadd_ru(ge, ao);
+                                else c2 = __fadd_ru(c2, ao);
+                                if (!TA && v) gmx = fmaxf(gmx, ao);
+                            }
                             if constexpr (TA) {  // c^A = Σ_b a_b·w_{t,b} in band order; c_t = min(c^A, c^B) + γ_t
                                 const u16* wr = &wit_s[(buf * I8_TILE + tk) * NB];
                                 const float* ab = &a_band[hc * NB];
@@ -753,6 +832,19 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
         // 4. V over the warp's two groups: P' = p̃·s per token and group, its digits, o += P'·V̂
 #pragma unroll
         for (int cb = 0; cb < 4; ++cb) o[cb][0] *= alpha, o[cb][1] *= alpha, o[cb][2] *= alpha, o[cb][3] *= alpha;
+        if constexpr (OUTL) {  // the outlier channels' values in fp32: ov_j += p̃·v over the thread's tokens
+#pragma unroll
+            for (int j = 0; j < I8_OUTL_MAX; ++j) ov[j] *= alpha;
+#pragma unroll
+            for (int n = 0; n < 4; ++n)
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const u16* vr = orow + ((w * 2 + buf) * I8_TILE + 8 * n + 2 * t + i) * 2 * NP2 + NP2;
+#pragma unroll
+                    for (int j = 0; j < I8_OUTL_MAX; ++j)
+                        if (j < NP2) ov[j] = __fmaf_rn(p[n][i], f16_to_f32(vr[j]), ov[j]);
+                }
+        }
 #pragma unroll
         for (int gg = 0; gg < 2; ++gg) {
             float pp[4][2];
@@ -890,6 +982,16 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
             for (int k = 0; k < 4; ++k) onf = onf || !is_finite32(o[cb][k]);
         if (onf && g < G && !hbad && !(hflags & 1)) vbad = true;
     }
+    if constexpr (OUTL) {  // the quad's Σ p̃·v per outlier channel; a non-finite one as the exact tier's
+        bool onf = false;
+#pragma unroll
+        for (int j = 0; j < I8_OUTL_MAX; ++j) {
+            ov[j] += __shfl_xor_sync(0xffffffffu, ov[j], 1);
+            ov[j] += __shfl_xor_sync(0xffffffffu, ov[j], 2);
+            onf = onf || !is_finite32(ov[j]);
+        }
+        if (onf && g < G && !hbad && !(hflags & 1)) vbad = true;
+    }
     if constexpr (HALF) {  // the two halves of each head's certified tokens
         cmx = fmaxf(cmx, __shfl_xor_sync(0xffffffffu, cmx, 16));
         gmx = fmaxf(gmx, __shfl_xor_sync(0xffffffffu, gmx, 16));
@@ -930,6 +1032,18 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
             if (dead || vbad) r = make_float4(NAN, NAN, NAN, NAN);
             else if (l == 0.0f) r = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             else r = make_float4((o[cb][0] - c0) / l, (o[cb][1] - c0) / l, (o[cb][2] - c0) / l, (o[cb][3] - c0) / l);
+            if constexpr (OUTL) {  // an outlier channel of this thread's four: its fp32 sum
+                if (!(dead || vbad) && l != 0.0f) {
+#pragma unroll
+                    for (int j = 0; j < I8_OUTL_MAX; ++j) {
+                        const int k = och[j] - (I8_WARP_CH * w + 16 * cb + 4 * t);  // (-1 past NP2: never 0..3 here)
+                        if (och[j] >= 0 && k == 0) r.x = ov[j] / l;
+                        if (och[j] >= 0 && k == 1) r.y = ov[j] / l;
+                        if (och[j] >= 0 && k == 2) r.z = ov[j] / l;
+                        if (och[j] >= 0 && k == 3) r.w = ov[j] / l;
+                    }
+                }
+            }
             *reinterpret_cast<float4*>(op + 16 * cb + 4 * t) = r;
         }
         if (w == 0 && t == 0) {
@@ -942,29 +1056,36 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
             // Γ: with Tier B alone ρ·cmax over the quantized tokens (γ_t ≤ ρ·c_t there) and the largest
             // exact-tier c_t = γ_t; with a Tier-A term the largest γ_t, tracked
             const float gx = linf ? INFINITY : __fmul_ru(gmx, WC_LN2);
-            const float gm = !CERT ? 0.0f : (TA ? gx : fmaxf(gamma_of_rho(rho, cm), gx));
+            // (with outlier pairs every quantized token's γ_t adds its exact part: ρ·cmax plus the largest)
+            const float gm = !CERT ? 0.0f
+                                   : (TA ? gx : (OUTL ? __fadd_ru(gamma_of_rho(rho, cm), gx) : fmaxf(gamma_of_rho(rho, cm), gx)));
             store_split_stats(oi, dead, l, m * WC_LN2 + logf(l), lam, cm, gm, lse_part, lam_part, cmax_part, gam_part);
         }
     }
 }
 
 // Explicit instantiations of one head dim (the offline compile checks in tests/test_cuda_compile.py):
-// every G and tier, with and without the exact tier, and where the layout serves them, with page
-// contributions and with page contributions over the exact tier (the gate's steps).
-#define WC_I8_INST1(D, G, TIER, PAGES, EXACT)                                                                   \
-    template __global__ void decode_stage1_i8<D, G, TIER, PAGES, EXACT>(                                       \
+// every G and tier, with and without the exact tier, with outlier pairs, and where the layout serves
+// them, with page contributions and with page contributions over the exact tier (the gate's steps).
+#define WC_I8_INST1(D, G, TIER, PAGES, EXACT, OUTL)                                                             \
+    template __global__ void decode_stage1_i8<D, G, TIER, PAGES, EXACT, OUTL>(                                 \
         const float*, const i8*, const u16*, const int*, const int*, const int*, float*, float*, float*, float*, \
         float*, float*, float*, const int*, const u16*, const u16*, const u16*, const int*, i64, int, int, int,   \
-        int, int, int, int, int, int, int, int, u32, u32, float, float, float, float, float);
-#define WC_I8_INST_G(D, G)                \
-    WC_I8_INST1(D, G, 0, false, false)  \
-    WC_I8_INST1(D, G, 1, false, false)  \
-    WC_I8_INST1(D, G, 2, false, false)  \
-    WC_I8_INST1(D, G, 3, false, false)  \
-    WC_I8_INST1(D, G, 0, false, true)   \
-    WC_I8_INST1(D, G, 1, false, true)   \
-    WC_I8_INST1(D, G, 2, false, true)   \
-    WC_I8_INST1(D, G, 3, false, true)   \
+        int, int, int, int, int, int, int, int, u32, u32, float, float, float, float, float, const u16*,          \
+        const int*, int);
+#define WC_I8_INST_G(D, G)                       \
+    WC_I8_INST1(D, G, 0, false, false, false)  \
+    WC_I8_INST1(D, G, 1, false, false, false)  \
+    WC_I8_INST1(D, G, 2, false, false, false)  \
+    WC_I8_INST1(D, G, 3, false, false, false)  \
+    WC_I8_INST1(D, G, 0, false, true, false)   \
+    WC_I8_INST1(D, G, 1, false, true, false)   \
+    WC_I8_INST1(D, G, 2, false, true, false)   \
+    WC_I8_INST1(D, G, 3, false, true, false)   \
+    WC_I8_INST1(D, G, 0, false, false, true)   \
+    WC_I8_INST1(D, G, 1, false, false, true)   \
+    WC_I8_INST1(D, G, 2, false, false, true)   \
+    WC_I8_INST1(D, G, 3, false, false, true)   \
     WC_I8_INST_PAGES(D, G)
 #define WC_I8_INST_EVERY_G(D)                                                                          \
     WC_I8_INST_G(D, 1) WC_I8_INST_G(D, 2) WC_I8_INST_G(D, 3) WC_I8_INST_G(D, 4) WC_I8_INST_G(D, 5) \

@@ -39,6 +39,12 @@ struct I8Smem {
 // each row staged by the warp that certifies the token), the band coefficients (float, [8][NB]) and
 // the evaluation term's per-group coefficients (float, [8][D / 32])
 #define I8_TIER_A_SMEM(D, NB) (2 * I8_TILE * (NB) * 2 + 8 * (NB) * 4 + 8 * ((D) / 32) * 4)
+// with outlier pairs (NP2 exactly stored channels, at most I8_OUTL_MAX), beyond those: the channels
+// (int [I8_OUTL_MAX]), each head's query on them (float [8][NP2]) and, per warp, buffer and token,
+// the K and V rows' stored values (fp16 [NW][2][I8_TILE][2][NP2]): at d = 64 two pairs still fit 12
+// CTAs per SM
+#define I8_OUTL_MAX 8
+#define I8_OUTL_SMEM(D, NP2) (I8_OUTL_MAX * 4 + 8 * (NP2) * 4 + ((D) / I8_WARP_CH) * 2 * I8_TILE * 2 * (NP2) * 2)
 
 template <int D>
 struct I8Setup {

@@ -49,20 +49,21 @@ def _scope_defines(name):
 
 
 def _assert_i8_instances(name, entries):
-    """decode_i8_d{D}.cu instantiated every (G, tier, page contributions, exact tier) the library launches
-    at its head dim (geometry.py: pages up to I8_PAGES_MAX_D)."""
+    """decode_i8_d{D}.cu instantiated every (G, tier, page contributions, exact tier, outlier pairs) the
+    library launches at its head dim (geometry.py: pages up to I8_PAGES_MAX_D)."""
     from witcert_cupy._cuda import geometry as geo
 
     d = int(re.fullmatch(r"decode_i8_d(\d+)\.cu", name).group(1))
     assert d in geo.I8_HEAD_DIMS
-    # (tier code, page contributions, exact tier): every tier with and without the exact tier; Tier B
-    # with pages, and over the exact tier
-    modes = [(c, 0, x) for x in (0, 1) for c in range(4)] + \
-        ([(2, 1, 0), (2, 1, 1)] if d <= geo.I8_PAGES_MAX_D else [])
+    # (tier code, page contributions, exact tier, outlier pairs): every tier with and without the exact
+    # tier and with outlier pairs; Tier B with pages, and over the exact tier
+    modes = [(c, 0, x, 0) for x in (0, 1) for c in range(4)] + [(c, 0, 0, 1) for c in range(4)] + \
+        ([(2, 1, 0, 0), (2, 1, 1, 0)] if d <= geo.I8_PAGES_MAX_D else [])
     gs = range(1, 9) if _every_g() else I8_G_CLASSES
     for g in gs:
-        for c, p, x in modes:
-            assert any(f"decode_stage1_i8ILi{d}ELi{g}ELi{c}ELb{p}ELb{x}EEv" in e for e in entries), (d, g, c, p, x)
+        for c, p, x, o in modes:
+            assert any(f"decode_stage1_i8ILi{d}ELi{g}ELi{c}ELb{p}ELb{x}ELb{o}EEv" in e for e in entries), \
+                (d, g, c, p, x, o)
     assert len([e for e in entries if "decode_stage1_i8" in e]) == len(gs) * len(modes)
 
 
@@ -188,6 +189,7 @@ def test_launch_layer_block_size_is_the_kernel_s():
 
     assert int(re.search(r"#define I8_WARP_CH (\d+)", src).group(1)) == geo.I8_WARP_CH
     assert int(re.search(r"#define I8_TILE (\d+)", src).group(1)) == geo.I8_TILE
+    assert int(re.search(r"#define I8_OUTL_MAX (\d+)", src).group(1)) == geo.I8_OUTL_MAX
     assert "__launch_bounds__(D / 2," in src and [geo.i8_threads(d) for d in (64, 128, 256)] == [32, 64, 128]
     assert sorted(p.name for p in _cuda.kernel_dir().glob("decode_i8_d*.cu")) == \
         sorted(f"decode_i8_d{d}.cu" for d in geo.I8_HEAD_DIMS)
@@ -279,13 +281,16 @@ def test_i8_shared_memory_is_the_kernel_s(tmp_path):
     from witcert_cupy._cuda import geometry as geo
 
     lines = _host_program_lines("i8_smem.cu", tmp_path)
-    got = {int(d): (int(a), int(x), int(w8), int(w64)) for d, a, x, w8, w64 in (ln.split() for ln in lines)}
+    got = {int(d): tuple(int(v) for v in rest) for d, *rest in (ln.split() for ln in lines)}
     base = geo.i8_smem_bytes
     assert got == {d: (base(d), base(d, exact=True) - base(d), base(d, num_bands=8) - base(d),
-                       base(d, num_bands=64) - base(d)) for d in geo.I8_HEAD_DIMS}
-    for d, (smem, extra, _, _) in got.items():  # 12 warps per SM (8 with the exact tier): 228 KB an SM, 1 KB per CTA
+                       base(d, num_bands=64) - base(d), base(d, outlier_channels=4) - base(d),
+                       base(d, outlier_channels=geo.I8_OUTL_MAX) - base(d)) for d in geo.I8_HEAD_DIMS}
+    for d, (smem, extra, _, _, o4, _) in got.items():  # 12 warps per SM (8 with the exact tier): 228 KB an SM,
+        # 1 KB per CTA; with up to two outlier pairs, still 12
         assert 12 * geo.I8_WARP_CH // d * (smem + 1024) <= 228 * 1024, (d, smem)
         assert 8 * geo.I8_WARP_CH // d * (smem + extra + 1024) <= 228 * 1024, (d, smem)
+        assert 12 * geo.I8_WARP_CH // d * (smem + o4 + 1024) <= 228 * 1024, (d, smem)
 
 
 def test_source_hash_tracks_every_file():

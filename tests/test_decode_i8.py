@@ -61,7 +61,8 @@ def _split(qv, sm=1 / math.sqrt(D)):
     sh = np.zeros(ng, np.int64)
     w1, w2, cc, gq = (np.zeros(ng, np.float32) for _ in range(4))
     sm_m, e_sm = math.frexp(float(np.float32(sm)))
-    ok, fm, p1, p2 = form_i.query_split(qv, GS, np.float32(sm_m), e_sm, certificate.form_i_gamma(), dig, sh, w1, w2,
+    byp = np.zeros(d, np.bool_)
+    ok, fm, p1, p2 = form_i.query_split(qv, byp, GS, np.float32(sm_m), e_sm, certificate.form_i_gamma(), dig, sh, w1, w2,
                                         cc, gq)
     return ok, dig, sh, (w1, w2, cc, gq, fm, p1, p2)
 
@@ -183,9 +184,10 @@ def test_split_residual_breaks_the_bound_without_its_term():
 
 
 @pytest.mark.parametrize("kind,d", [("decades", 128), ("tiny_q", 128), ("tiny_sm", 128), ("decades", 64),
-                                    ("tiny_sm", 256)])
+                                    ("tiny_sm", 256), ("outliers", 128), ("outliers", 64)])
 def test_cpu_twin_has_no_violations_on_adversarial_cases(kind, d):
-    """The CPU backend in form (I) (the GPU kernel's twin), Tier B, on both readings of p̃."""
+    """The CPU backend in form (I) (the GPU kernel's twin), Tier B, on both readings of p̃ (with
+    outlier pairs: their cancelling 2^30 terms in the fp32 logit added to the integer one)."""
     case = adv.build(kind, "cpu", B=16, Hkv=2, G=8, d=d, seed=3)
     case["cert"] = wc.CertConfig(tier="B", delta_req=1e-3)
     with cpu_dot_order(certificate.FORM_I_ORDER):
@@ -202,14 +204,18 @@ def _page_in_every(pool, indices, k):
             pool.page_in(0, h, page)
 
 
-@pytest.mark.parametrize("d,exact,tier", [(64, False, "B"), (128, False, "B"), (256, False, "B"), (128, True, "B"),
-                                          (64, True, "B"), (128, False, "AB"), (256, False, "A"), (128, True, "AB")])
-def test_cpu_twin_is_close_to_the_fp32_path(d, exact, tier):
-    """Form (I) against the shipped fp32 path on ordinary inputs, at each head dim the kernel serves
-    and with pages served from the exact tier: o and lse within fp32 noise, the certificate and the
-    page contributions within 0.2% (both evaluation terms are a small share of c_t)."""
+@pytest.mark.parametrize("d,exact,tier,pairs", [
+    (64, False, "B", 0), (128, False, "B", 0), (256, False, "B", 0), (128, True, "B", 0), (64, True, "B", 0),
+    (128, False, "AB", 0), (256, False, "A", 0), (128, True, "AB", 0), (128, False, "B", 2), (64, False, "AB", 4),
+    (256, False, "A", 1)])
+def test_cpu_twin_is_close_to_the_fp32_path(d, exact, tier, pairs):
+    """Form (I) against the shipped fp32 path on ordinary inputs, at each head dim the kernel serves,
+    with pages served from the exact tier and with outlier pairs: o and lse within fp32 noise, the
+    certificate and the page contributions within 0.2% (both evaluation terms are a small share of
+    c_t)."""
     rng = np.random.default_rng(4)
-    cfg = wc.QuantConfig(d, witness_bands=0 if tier == "B" else 16)
+    op = np.tile(np.arange(pairs), (1, 2, 1)) if pairs else None
+    cfg = wc.QuantConfig(d, witness_bands=0 if tier == "B" else 16, outlier_pairs=op)
     pool, (ip, ix, last, _), _, _ = filled_pool(rng, lengths=[300, 77, 1], H=2, d=d, cfg=cfg,
                                                 exact_tier_pages=32 * exact)
     if exact:
@@ -256,8 +262,8 @@ def _gpu_pools(seed, **kw):
     return cpu, gpu
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("d,G,page,tier,pages,exact", [
+# (d, G, page size, tier, page contributions, exact tier) and outlier pairs: none, then the cases with
+I8_TWIN_CASES = [c + (0,) for c in [
     (128, 1, 16, "B", False, False), (128, 3, 16, "B", False, False), (128, 4, 1, "B", False, False),
     (128, 7, 16, "B", False, False), (128, 8, 64, "B", False, False), (128, 4, 16, None, False, False),
     (128, 8, 1, None, False, False),
@@ -270,10 +276,18 @@ def _gpu_pools(seed, **kw):
     (128, 4, 16, "AB", False, False), (128, 7, 16, "A", False, False), (128, 8, 1, "AB", False, False),
     (64, 3, 16, "AB", False, False), (256, 8, 16, "A", False, False),
     (128, 4, 16, "B", False, True), (128, 7, 16, "AB", False, True), (64, 3, 16, None, False, True),
-    (256, 8, 16, "B", False, True), (256, 2, 16, "A", False, True)])
-def test_i8_kernel_matches_its_cpu_twin(d, G, page, tier, pages, exact):
+    (256, 8, 16, "B", False, True), (256, 2, 16, "A", False, True)]] + [
+    (128, 4, 16, "B", False, False, 2), (128, 8, 1, "AB", False, False, 4), (128, 3, 16, None, False, False, 1),
+    (64, 1, 16, "B", False, False, 2), (64, 7, 16, "AB", False, False, 3), (256, 8, 16, "A", False, False, 4),
+    (256, 2, 64, "B", False, False, 1)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d,G,page,tier,pages,exact,pairs", I8_TWIN_CASES)
+def test_i8_kernel_matches_its_cpu_twin(d, G, page, tier, pages, exact, pairs):
     """decode_stage1_i8 against the CPU backend in form (I), at each head dim, with and without page
-    contributions, and with pages served from the exact tier (with page contributions or not): a one-token request's lse is its logit
+    contributions, with pages served from the exact tier (with page contributions or not) and with
+    outlier pairs (their fp32 logit and values beside the integer products): a one-token request's lse is its logit
     (the integer sums and their fp32 combination, value for value), every lse within fp32 noise, o by
     the flash-attention rule against an fp16 attention on the same values, the certificate the
     twin's and sound against the float64 TV, the page contributions the twin's (and the pages' lse_j
@@ -284,8 +298,9 @@ def test_i8_kernel_matches_its_cpu_twin(d, G, page, tier, pages, exact):
     lengths = [1, 31, 33, 700, 0, 1500]
     # (a Tier-A term reads the witness: 16 bands at d = 128, 8 at 64, 64 at 256)
     bands = {64: 8, 128: 16, 256: 64}[d] if tier and "A" in tier else 0
+    op = np.tile(np.arange(pairs), (1, H, 1)) if pairs else None
     kw = dict(lengths=lengths, H=H, d=d, page_size=page, exact_tier_pages=256 * exact,
-              cfg=wc.QuantConfig(d, witness_bands=bands))
+              cfg=wc.QuantConfig(d, witness_bands=bands, outlier_pairs=op))
     (pc, tc, _, _), (pg, tg, _, _) = _gpu_pools(G + page + d, **kw)
     if exact:  # every third page of the table exact, on both backends
         _page_in_every(pc, tc[1], 3)
@@ -301,7 +316,7 @@ def test_i8_kernel_matches_its_cpu_twin(d, G, page, tier, pages, exact):
     for ns in (1, 5, None):
         plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns, stage1="i8", max_pages=P)
         assert plan.stage1_template == f"decode_stage1_i8<{d}, {G}, {certificate.tier_code(cert)}, " \
-                                       f"{str(pages).lower()}, {str(exact).lower()}>"
+                                       f"{str(pages).lower()}, {str(exact).lower()}, {str(pairs > 0).lower()}>"
         plan.launch()
         rg = plan.result()
         assert tuple(rg.dot_order) == certificate.FORM_I_ORDER
@@ -394,14 +409,17 @@ def _nan_query_head_alone(run, q, clean, fields):
 
 
 @pytest.mark.gpu
-def test_i8_kernel_non_finite_inputs():
+@pytest.mark.parametrize("pairs", [0, 2])
+def test_i8_kernel_non_finite_inputs(pairs):
     """A NaN V row: o NaN and every certificate that attends it infinite, other requests untouched;
-    a NaN query head: that head alone; a page id outside the pool: its request alone."""
+    a NaN query head: that head alone; a page id outside the pool: its request alone.  With outlier
+    pairs the infinite value is on an outlier channel (the fp32 sums beside the integer products)."""
     import cupy as cp
 
     G, H = 4, 2
     lengths = [100, 300]
-    pg, tg, _, _ = filled_pool(np.random.default_rng(9), backend="cuda", lengths=lengths, H=H, d=D)
+    cfg = wc.QuantConfig(D, outlier_pairs=np.tile(np.arange(pairs), (1, H, 1)) if pairs else None)
+    pg, tg, _, _ = filled_pool(np.random.default_rng(9), backend="cuda", lengths=lengths, H=H, d=D, cfg=cfg)
     ip, ix, ll = on_device(pg, tg)
     q = np.random.default_rng(10).standard_normal((2, H * G, D)).astype(np.float32)
     cert = wc.CertConfig(tier="B", num_layers=1, steps=8)
@@ -409,6 +427,7 @@ def test_i8_kernel_non_finite_inputs():
     def run(qq, idx=ix):
         pg.ledger.reset()
         plan = pg._dev.plan(cp.asarray(qq), 0, ip, idx, ll, 1 / math.sqrt(D), cert, 3, stage1="i8")
+        assert plan.stage1_template.endswith(f"{str(pairs > 0).lower()}>")
         plan.launch()
         return plan.result()
 
@@ -423,7 +442,7 @@ def test_i8_kernel_non_finite_inputs():
     # a non-finite V row in request 1's first page
     slot = int(tg[3][1][3])
     v = np.random.default_rng(11).standard_normal((1, H, D)).astype(np.float32)
-    v[0, 0, 5] = np.inf
+    v[0, 0, int(pg.bypass_ch[0, 0, 1]) if pairs else 5] = np.inf
     k = np.random.default_rng(12).standard_normal((1, H, D)).astype(np.float32)
     pg.write(0, cp.asarray([slot]), cp.asarray(k), cp.asarray(v))
     r = run(q)
@@ -455,7 +474,7 @@ def test_i8_kernel_exact_tier_non_finite_inputs(pages):
     def run(qq):
         pg.ledger.reset()
         plan = pg._dev.plan(cp.asarray(qq), 0, ip, ix, ll, 1 / math.sqrt(D), cert, 3, stage1="i8", max_pages=P)
-        assert plan.stage1_template.endswith(f"{str(pages).lower()}, true>")
+        assert plan.stage1_template.endswith(f"{str(pages).lower()}, true, false>")
         plan.launch()
         return plan.result()
 

@@ -29,16 +29,27 @@ TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
     ({"tier": TIER_A | 2, "num_bands": 64, "head_dim": 256}, ("i8", False)),
     ({"tier": TIER_A, "num_bands": 4}, ("v2", False)),            # ... else the staged tile's general layout
     ({"tier": TIER_A, "num_bands": 16, "page_outputs": True}, ("v2", False)),
-    ({"outlier_channels": 4}, ("v2", False)),                     # outlier pairs, certified
-    ({"outlier_channels": 4, "certified": False}, ("v2", False)),
+    ({"outlier_channels": 4}, ("i8", False)),                     # outlier pairs: form (I) up to 4 pairs,
+    ({"outlier_channels": 4, "certified": False}, ("i8", False)),  # from G = 4 at every size,
+    ({"outlier_channels": 2, "pairs": 2, "G": 4, "tokens": 512}, ("i8", False)),
+    ({"outlier_channels": 8, "tier": TIER_A | 2, "num_bands": 16, "G": 4, "pairs": 1}, ("i8", False)),
+    ({"outlier_channels": 4, "pairs": 2, "G": 2, "tokens": 4096}, ("v2", False)),  # below it the Tier-B rule
+    ({"outlier_channels": 4, "G": 3, "tokens": 32768}, ("i8", False)),
+    ({"outlier_channels": 4, "G": 2, "tokens": 32768}, ("v2", False)),
+    ({"outlier_channels": 4, "head_dim": 64}, ("i8", False)), ({"outlier_channels": 6, "head_dim": 256}, ("i8", False)),
+    ({"outlier_channels": 10}, ("v2", False)),                    # ... beyond: the staged tile's general layout,
+    ({"outlier_channels": 4, "exact_tier": True}, ("v2", False)),  # as over the exact tier
+    ({"outlier_channels": 4, "page_outputs": True}, ("v2", False)),  # and with page contributions
+    ({"outlier_channels": 4, "head_dim": 64, "exact_tier": True}, ("v1", False)),
     ({"exact_tier": True}, ("i8", False)),                        # every pool the gate accepts: form (I)
     ({"exact_tier": True, "pairs": 8, "tokens": 4096}, ("i8", False)),  # ... at any batch (measured at d = 128)
     ({"exact_tier": True, "pairs": 8, "G": 4, "tokens": 4096}, ("i8", False)),  # ... from 4 heads per kv head,
     ({"exact_tier": True, "pairs": 8, "G": 3, "tokens": 4096}, ("v2", False)),  # below by Tier B's rule
     ({"exact_tier": True, "pairs": 16, "G": 3}, ("i8", False)),
     ({"exact_tier": True, "page_size": 1}, ("v2", False)),        # ... on 16-token pages
-    ({"exact_tier": True, "tier": TIER_A | 2, "num_bands": 16, "G": 7}, ("i8", False)),  # with Tier A:
-    ({"exact_tier": True, "tier": TIER_A | 2, "num_bands": 16, "G": 4}, ("v2", False)),  # wide groups only
+    ({"exact_tier": True, "tier": TIER_A | 2, "num_bands": 16, "G": 7}, ("i8", False)),  # with Tier A: from
+    ({"exact_tier": True, "tier": TIER_A | 2, "num_bands": 16, "G": 4, "pairs": 2, "tokens": 4096}, ("i8", False)),
+    ({"exact_tier": True, "tier": TIER_A | 2, "num_bands": 16, "G": 3, "tokens": 4096}, ("v2", False)),  # G = 4
     ({"exact_tier": True, "G": 4}, ("i8", False)),
     ({"exact_tier": True, "head_dim": 256, "pairs": 2}, ("i8", False)),
     ({"exact_tier": True, "head_dim": 256, "page_size": 1}, ("v1", False)),
@@ -73,7 +84,9 @@ def test_a_forced_kernel_is_used_where_it_applies_and_refused_where_not():
     assert select_stage1(**BASE, requested="v1") == ("v1", True)
     assert select_stage1(**BASE, requested="v2") == ("v2", True)
     assert select_stage1(**BASE, requested="i8") == ("i8", True)
-    for change in ({"bits": 16}, {"tier": TIER_A}, {"outlier_channels": 4}, {"group_size": 64},
+    assert select_stage1(**{**BASE, "outlier_channels": 8}, requested="i8") == ("i8", False)
+    for change in ({"bits": 16}, {"tier": TIER_A}, {"outlier_channels": 10}, {"outlier_channels": 4, "exact_tier": True},
+                   {"outlier_channels": 4, "page_outputs": True}, {"group_size": 64},
                    {"exact_tier": True, "page_size": 64},
                    {"page_outputs": True, "page_size": 1}, {"page_outputs": True, "certified": False},
                    {"page_outputs": True, "head_dim": 256}, {"head_dim": 96}, {"unroll": 4}):

@@ -32,8 +32,8 @@ def test_adversarial_cases_have_no_violations(backend, kind, tiers):
         case = adv.build(kind, backend, B=32, Hkv=4, G=8, seed=i)
         case["cert"] = wc.CertConfig(tier=tier if kind not in ("fp16", "adaptive") else "A", delta_req=1e-3)
         res = adv.decode(case)
-        if backend == "cuda" and kind in ("decades", "tiny_q", "tiny_sm", "adaptive"):  # (the form-(I) kernel,
-            # every tier: no outlier pairs, 16 witness bands)
+        if backend == "cuda" and kind in ("outliers", "decades", "tiny_q", "tiny_sm", "adaptive"):  # (the
+            # form-(I) kernel, every tier: no exact tier, 16 witness bands)
             assert tuple(res.dot_order) == certificate.FORM_I_ORDER, res.dot_order
         cells, v2, v1 = adv.violations(case, res)
         assert cells == 1024 and (v2, v1) == (0, 0), (kind, tier, v2, v1)
@@ -44,9 +44,12 @@ def test_absorbed_logits_break_the_bound_without_the_evaluation_term(backend):
     """The counterexample of SPEC §4.1: exact outlier channels with cancelling 2^30 terms make the
     kernel's fp32 logit lose every other channel.  c^AB alone (float64, from the stored scales and
     witness) is then below the true TV of the weights the kernel applied for most cells; with γ_t
-    the reported bound holds."""
+    the reported bound holds.  (On the GPU a step with page contributions, which the staged tile's
+    fp32 dot products serve: the form-(I) kernel's integer logit absorbs nothing, and its outlier
+    channels' chain cancels exactly, test_outlier_logit_breaks_the_form_i_bound_without_its_exact_term.)"""
     case = adv.build("outliers", backend, B=8, Hkv=2, G=4)
-    res = adv.decode(case)
+    res = adv.decode(case, page_contrib=backend == "cuda")
+    assert tuple(res.dot_order) != certificate.FORM_I_ORDER
     tv1 = adv.true_tv_reading1(case, res)
     pool, q, sm = case["pool"], case["q"], case["sm"]
     pt = page_table(pool, case["table"])
@@ -64,6 +67,36 @@ def test_absorbed_logits_break_the_bound_without_the_evaluation_term(backend):
         old[b] = np.minimum(np.minimum(1.0, (A * A - 1) / 2), np.tanh(c.max(-1) / 2))
     assert np.mean(tv1 > old + adv.READOUT_TOL) > 0.5
     assert np.all(tv1 <= adv.host(res.tv_bound) + adv.READOUT_TOL)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_outlier_logit_breaks_the_form_i_bound_without_its_exact_term(backend, monkeypatch):
+    """Form (I) with outlier pairs (docs/certificate.md §11): the outlier channels' fp32 logit is added
+    to the integer one.  With ``±2^20`` query entries of one sign against keys of 1024 that logit is
+    about 2^28 in log2 units for every token, so the one addition rounds the integer part to a
+    multiple of 16 and the kernel's weights lose it.  With the exact channels' term (``gamma_exact``
+    per unit of ``Σ|q_c||k_c|``) removed the bound falls below the true TV of the weights the
+    kernel applied for most cells; with it the bound holds."""
+    from helpers import cpu_dot_order
+
+    case = adv.build("outliers", backend, B=8, Hkv=2, G=4)
+    d = case["q"].shape[-1]
+    case["q"][:, :, 3 + d // 2] = adv.BIG  # (both channels of the pair the same sign: no cancelling)
+    case["cert"] = wc.CertConfig(tier="B", delta_req=1e-3)
+
+    def run():
+        with cpu_dot_order(certificate.FORM_I_ORDER if backend == "cpu" else None):
+            res = adv.decode(case)
+        assert tuple(res.dot_order) == certificate.FORM_I_ORDER
+        return res
+
+    res = run()
+    tv1 = adv.true_tv_reading1(case, res)
+    assert np.all(tv1 <= adv.host(res.tv_bound) + adv.READOUT_TOL)
+    scalars = certificate.form_i_scalars
+    monkeypatch.setattr(certificate, "form_i_scalars", lambda d, sm: scalars(d, sm)[:2] + (np.float32(0),))
+    old = adv.host(run().tv_bound)
+    assert np.mean(tv1 > old + adv.READOUT_TOL) > 0.5
 
 
 def _unnormalized_c_b(q, scales, cfg, sm, log_term):

@@ -99,6 +99,9 @@ FORM_I_MAX_GROUP_SHIFT = 60
 FORM_I_RESIDUAL_BOUND = 512 * CODE_MAX + 255
 FORM_I_DROPPED_BOUND = 2 * 255
 FORM_I_ROUNDINGS = 13
+# With outlier pairs the kernel adds their fp32 logit to the integer part's: one more rounding on
+# every path of the integer part (docs/certificate.md §11).
+FORM_I_OUTLIER_ROUNDINGS = 1
 
 # SPEC §2: bit layout of the Philox counter.
 SIDE_SHIFT = 31

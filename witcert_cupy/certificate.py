@@ -67,11 +67,12 @@ FORM_I_ORDER = (0, "int")
 FORM_I_EXACT_ORDER = (64, "tree")
 
 
-def form_i_gamma() -> np.float32:
-    """``γ_n`` rounded up for ``n = FORM_I_ROUNDINGS``: the relative bound of the fp32 combination of
-    a form-(I) logit's exact group sums over the absolute values of its terms
+def form_i_gamma(outliers: bool = False) -> np.float32:
+    """``γ_n`` rounded up for ``n = FORM_I_ROUNDINGS`` (plus ``FORM_I_OUTLIER_ROUNDINGS`` for a pool
+    with outlier pairs, whose fp32 logit is added to the integer part's): the relative bound of the
+    fp32 combination of a form-(I) logit's exact group sums over the absolute values of its terms
     (docs/certificate.md §11)."""
-    n = C.FORM_I_ROUNDINGS
+    n = C.FORM_I_ROUNDINGS + (C.FORM_I_OUTLIER_ROUNDINGS if outliers else 0)
     return f32_up(n * C.UNIT_ROUNDOFF / (1.0 - n * C.UNIT_ROUNDOFF))
 
 

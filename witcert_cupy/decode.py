@@ -224,8 +224,8 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
                 u16(pool.outliers[layer, 1]), pool.bypass_ch[layer])
         quant = (k0, k1, cfg.dither_bits, cfg.group_size)
         if form_i:
-            if cfg.dither_bits != 8 or pool.bypass_ch.shape[-1]:
-                raise ValueError("the form-(I) logit serves INT8 pools at 8-bit dither without outlier channels")
+            if cfg.dither_bits != 8:
+                raise ValueError("the form-(I) logit serves INT8 pools at 8-bit dither")
             scalars = cert_mod.form_i_scalars(d, sm_scale)
         else:
             scalars = cert_mod.kernel_scalars(height, sm_scale, cfg.dither_bits)
@@ -237,6 +237,7 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
                 u16(pool.values[layer, 1]), none16, none16, np.zeros((pool.num_kv_heads, 0), np.int32))
         quant = (0, 0, 8, d)
         scalars = cert_mod.kernel_scalars(height, sm_scale, None)
+    outliers = isinstance(pool, KVPool) and pool.bypass_ch.shape[-1] > 0  # (form (I): one more rounding)
     if getattr(pool, "tier_map", None) is None:  # no exact tier: every page is quantized
         # (a writable C-ordered map, the same array type as a tier's: one numba specialization, not two)
         layer_map = np.full((pool.num_kv_heads, pool.num_pages), -1, np.int32)
@@ -250,7 +251,7 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
     decode_stage1(np.ascontiguousarray(q32), *data, bands, pt.indptr, pt.indices, pt.last_page_len,
                   pool.page_size, np.float32(sm_scale), layer, pool.kv_head_offset, *quant, tier, logb, *scalars,
                   ns, isinstance(pool, Fp16Pool), layer_map, tier_k, tier_v, bool(page_contrib), max(dot_chunk, 1),
-                  dot_combine == "tree", form_i, cert_mod.form_i_gamma(), o_part, lse_part, lam_part, cmax_part, gam_part, page_lse, page_lam)
+                  dot_combine == "tree", form_i, cert_mod.form_i_gamma(outliers), o_part, lse_part, lam_part, cmax_part, gam_part, page_lse, page_lam)
     o = np.empty((B, Hq, d), np.float32)
     lse = np.empty((B, Hq), np.float32)
     log_a = np.empty((B, Hq), np.float32)

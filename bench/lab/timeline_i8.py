@@ -89,7 +89,7 @@ def instrument(src: str) -> str:
             raise ValueError(f"{SOURCE}: anchor {anchor.splitlines()[0].strip()!r} occurs {n} times, not once")
         return text.index(anchor)
 
-    kernel = "template <int D, int G, int TIER, bool PAGES, bool EXACT>\n__global__"
+    kernel = "template <int D, int G, int TIER, bool PAGES, bool EXACT, bool OUTL>\n__global__"
     i = once(src, kernel)
     src = src[:i] + _HELPERS + src[i:]
     for anchor, probe in PROBES:

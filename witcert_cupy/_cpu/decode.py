@@ -15,6 +15,7 @@ from .. import _contract as C
 from .bits import dither_row, f16_bits_to_f32
 from .form_i import _LOG2E
 from .form_i import logit2 as form_i_logit2
+from .form_i import outlier_logit2 as form_i_outlier_logit2
 from .form_i import query_split as form_i_query_split
 from .rounding import coef_up
 from .write import reconstruct_row
@@ -155,7 +156,8 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, norm_k, codes_v, scales_v
     """Stage 1 over work units ``(b, kv_head, split)``; the logits' dot products in the order
     ``(dot_chunk, dot_pairwise)`` (:func:`blocked_dot`), or with ``form_i`` as exact integer products
     (SPEC §6 form (I), :mod:`.form_i`: the twin of ``decode_stage1_i8``; an INT8 pool at 8-bit
-    dither without outlier channels, ``gamma_eval = certificate.form_i_gamma()``,
+    dither, ``gamma_eval = certificate.form_i_gamma(outliers)``; outlier channels take zero digits
+    and their fp32 dot product is added to the logit in log2 units,
     ``gamma_per_beta = 0``; its evaluation term joins β's coefficient per group; exact-tier tokens
     take the fp32 dot product in ``(dot_chunk, dot_pairwise)``, the kernel's order for them).
 
@@ -247,7 +249,7 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, norm_k, codes_v, scales_v
         fsh = np.zeros(ng, np.int64)
         if form_i:
             for g in range(G):
-                ok, fm, p1, p2 = form_i_query_split(qg[g], group_size, sm_m, e_sm, gamma_eval, fdig[g], fsh,
+                ok, fm, p1, p2 = form_i_query_split(qg[g], byp, group_size, sm_m, e_sm, gamma_eval, fdig[g], fsh,
                                                     fw1[g], fw2[g], fcc[g], fgq[g])
                 fsc[g, 0] = fm
                 fsc[g, 1] = p1
@@ -318,8 +320,14 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, norm_k, codes_v, scales_v
                     ad = np.float32(0.0)  # Σ|q_c||x_c| over the exact channels of an INT8 pool's row
                     if form_i and te < 0:  # exact integer products, the logit in log2 units, then natural
                         # (an exact-tier token: its fp32 dot product below, in the kernel's order for those)
-                        lt = form_i_logit2(fdig[g], codes_k[h, slot], jp, ksc, group_size, fw1[g], fw2[g], fcc[g],
-                                           fsc[g, 0], fsc[g, 1], fsc[g, 2]) * _LN2
+                        lt2 = form_i_logit2(fdig[g], codes_k[h, slot], jp, ksc, group_size, fw1[g], fw2[g], fcc[g],
+                                            fsc[g, 0], fsc[g, 1], fsc[g, 2])
+                        if bypass_ch.shape[1]:  # outlier pairs: their fp32 dot product added, γ_t's exact part
+                            lt2 = form_i_outlier_logit2(lt2, qg[g], bypass_ch[h], outl_k[h, slot], sl2)
+                            if tier != TIER_NONE:
+                                for j in range(bypass_ch.shape[1]):
+                                    ad += abs(qg[g, bypass_ch[h, j]]) * abs(f16_bits_to_f32(outl_k[h, slot, j]))
+                        lt = lt2 * _LN2
                     else:
                         dot = blocked_dot(qg[g], kh, d, parts, dot_chunk, dot_pairwise)
                         if tier != TIER_NONE and not fp16_store:

@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from .. import _contract as C
+from .bits import f16_bits_to_f32
 from .rounding import coef_up, f32_up
 
 _F32_MAX = np.float32(3.4028234663852886e38)
@@ -42,10 +43,12 @@ def fma32(a, b, c):
 
 
 @njit(cache=True)
-def query_split(qv, group_size, sm_m, e_sm, gamma_eval, digits, shift, w1, w2, cc, gq):
+def query_split(qv, byp, group_size, sm_m, e_sm, gamma_eval, digits, shift, w1, w2, cc, gq):
     """One query head's form-(I) split (twin of ``decode_stage1_i8``'s set-up).
 
-    qv : float32 ``[d]``; ``sm = sm_m·2^e_sm`` with ``sm_m ∈ [1/2, 1)``; ``gamma_eval``: float32
+    qv : float32 ``[d]``; ``byp``: bool ``[d]``, the outlier channels (exactly stored: their digits
+    are 0 and they set no group's exponent; the kernel adds their fp32 dot product, ``outlier_logit2``);
+    ``sm = sm_m·2^e_sm`` with ``sm_m ∈ [1/2, 1)``; ``gamma_eval``: float32
     ``γ_n`` of the fp32 combination (``certificate.form_i_gamma``).  Fills ``digits`` (int64
     ``[3, d]``: a0, a1, a2), and per group ``w1, w2`` (``2^(17−δ)``, ``2^(9−δ)``), ``cc``
     (``−255·ΣQ·2^−δ`` rounded to fp32) and ``gq`` (the evaluation term per unit of the token's scale,
@@ -67,7 +70,8 @@ def query_split(qv, group_size, sm_m, e_sm, gamma_eval, digits, shift, w1, w2, c
     for gr in range(ng):
         mx = np.float32(0.0)
         for c in range(gr * group_size, (gr + 1) * group_size):
-            mx = max(mx, abs(_ftz(qv[c])))
+            if not byp[c]:
+                mx = max(mx, abs(_ftz(qv[c])))
         if mx > 0.0:
             eg[gr] = math.frexp(np.float64(mx))[1]
             eh = max(eh, eg[gr])
@@ -82,7 +86,7 @@ def query_split(qv, group_size, sm_m, e_sm, gamma_eval, digits, shift, w1, w2, c
         sr = 0.0
         nfl = 0
         for c in range(gr * group_size, (gr + 1) * group_size):
-            qin = _ftz(qv[c])
+            qin = np.float32(0.0) if byp[c] else _ftz(qv[c])
             qs = _ftz(np.float32(math.ldexp(np.float64(qin), S)))
             qf = np.float32(np.rint(qs))
             Q = np.int64(qf)
@@ -156,3 +160,14 @@ def logit2(digits, codes_row, jp_row, scales_row, group_size, w1, w2, cc, fm, p1
             parts[wi] = np.float32(parts[wi] + parts[wi + span])
         span *= 2
     return _ftz(np.float32(_ftz(np.float32(_ftz(np.float32(parts[0] * fm)) * p1)) * p2))
+
+
+@njit(cache=True)
+def outlier_logit2(lt2, qv, bypass_row, outl_row, sl2):
+    """``fl(lt2 + fl(dot·sl2))``: a token's log2-unit logit with its outlier channels' fp32 dot product
+    added (twin of the kernel's: a chain in ``bypass_row``'s order, products and sums each rounded,
+    then times ``sl2 = fl(fl(sm)·log2 e)``).  ``outl_row``: the row's stored values, fp16 bits."""
+    dot = np.float32(0.0)
+    for j in range(bypass_row.shape[0]):
+        dot = _ftz(np.float32(dot + _ftz(np.float32(_ftz(qv[bypass_row[j]]) * f16_bits_to_f32(outl_row[j])))))
+    return _ftz(np.float32(lt2 + _ftz(np.float32(dot * sl2))))

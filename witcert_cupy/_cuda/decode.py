@@ -56,7 +56,8 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     -------
     (str, bool)
         ``'i8'`` (``decode_stage1_i8``: SPEC §6 form (I), INT8 pools at 8-bit dither with 32-channel
-        groups, d 64, 128 or 256, no outlier channels, any tier (Tier A over 8–64 bands, a multiple
+        groups, d 64, 128 or 256, up to ``geometry.I8_OUTL_MAX`` outlier channels without an exact
+        tier or page contributions, any tier (Tier A over 8–64 bands, a multiple
         of 8), an exact tier on 16-token pages; with Tier B alone page contributions on 16-token
         pages up to d = 128), ``'f16'`` (``decode_stage1_f16``: fp16 stores), ``'v2'`` (``decode_stage1_v2``:
         INT8 pools) or ``'v1'`` (``decode_stage1``, which serves everything), and whether the PLAIN
@@ -82,18 +83,22 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     plain = (not fp16_store and outlier_channels == 0 and group_size == V2_PLAIN_GROUP_SIZE and not tier & 1
              and not exact_tier and not page_outputs)
     f16_ok = fp16_store and layout_ok and not exact_tier and not page_outputs and num_bands <= 64
-    # the form-(I) kernel (decode_i8.cuh): 8-bit dither, 32-channel groups, no outlier channels; a
+    # the form-(I) kernel (decode_i8.cuh): 8-bit dither, 32-channel groups, up to I8_OUTL_MAX outlier
+    # channels (pairs) without the exact tier or page contributions; a
     # Tier-A term over 8–64 witness bands (multiples of 8); the exact tier on 16-token pages; with
     # Tier B alone page contributions of a certified step on 16-token pages up to d = 128 (over the
     # exact tier: the gate's steps)
     i8_pages = (certified and not tier & 1 and page_size == geo.I8_PAGE_SIZE
                 and head_dim <= geo.I8_PAGES_MAX_D)
-    i8_ok = (not fp16_store and bits == 8 and outlier_channels == 0 and group_size == V2_PLAIN_GROUP_SIZE
+    i8_outl = outlier_channels == 0 or (outlier_channels <= geo.I8_OUTL_MAX and outlier_channels % 2 == 0
+                                         and not exact_tier and not page_outputs)
+    i8_ok = (not fp16_store and bits == 8 and i8_outl and group_size == V2_PLAIN_GROUP_SIZE
              and unroll == 0 and head_dim in geo.I8_HEAD_DIMS and (not tier & 1 or num_bands in geo.I8_TIER_A_BANDS)
              and (not page_outputs or i8_pages) and (not exact_tier or page_size == geo.I8_PAGE_SIZE))
     if requested == "i8" and not i8_ok:
         raise ValueError("decode_stage1_i8 serves INT8 pools at 8-bit dither with 32-channel groups and d 64, 128 or "
-                         "256, no outlier channels, a Tier-A term over 8 to 64 witness bands (a multiple of 8), "
+                         f"256, up to {geo.I8_OUTL_MAX // 2} outlier pairs without an exact tier or page "
+                         "contributions, a Tier-A term over 8 to 64 witness bands (a multiple of 8), "
                          "an exact tier on 16-token pages, and page contributions of Tier-B steps on 16-token "
                          "pages up to d=128")
     if requested == "v2" and not v2_ok:
@@ -109,7 +114,8 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     # with a Tier-A term): the measured rule; elsewhere form (I) (page contributions: the staged
     # tile's general layout or the general kernel, both slower in every measured shape,
     # docs/performance.md)
-    if i8_ok and (not (v2_ok and not page_outputs) or geo.i8_serves(G, pairs, tokens, exact_tier, bool(tier & 1))):
+    if i8_ok and (not (v2_ok and not page_outputs)
+                  or geo.i8_serves(G, pairs, tokens, exact_tier, bool(tier & 1), outliers=outlier_channels > 0)):
         return "i8", plain
     if v2_ok:
         return "v2", plain
@@ -165,11 +171,13 @@ class DecodePlan:
             self.stage1_template = f"decode_stage1_f16<{G}, {_cpp_bool(cert is not None)}>"
             self.stage1 = kernel("decode_f16.cu", None, self.stage1_template)
             self.smem1 = f16_smem_bytes(G, dev.num_bands, cert_mod.tier_code(cert) & 1)
-        elif stage1 == "i8":  # (head dim, G, tier code, page contributions, exact tier); a file per head dim
-            exact, tc = p.tier_map_dev is not None, cert_mod.tier_code(cert)
-            self.stage1_template = f"decode_stage1_i8<{d}, {G}, {tc}, {_cpp_bool(P > 0)}, {_cpp_bool(exact)}>"
+        elif stage1 == "i8":  # (head dim, G, tier code, page contributions, exact tier, outlier pairs); a
+            # file per head dim
+            exact, tc, np2 = p.tier_map_dev is not None, cert_mod.tier_code(cert), bypass.shape[-1]
+            self.stage1_template = (f"decode_stage1_i8<{d}, {G}, {tc}, {_cpp_bool(P > 0)}, {_cpp_bool(exact)}, "
+                                    f"{_cpp_bool(np2 > 0)}>")
             self.stage1 = kernel(f"decode_i8_d{d}.cu", None, self.stage1_template)
-            self.smem1 = geo.i8_smem_bytes(d, exact, dev.num_bands if tc & 1 else 0)
+            self.smem1 = geo.i8_smem_bytes(d, exact, dev.num_bands if tc & 1 else 0, np2)
         elif stage1 == "v2":  # the second template argument: dither bits
             # the third: the default layout as constants (no outlier channels, 32-channel groups, no
             # Tier-A term; decode_v2.cu), the same results in less code
@@ -241,8 +249,9 @@ class DecodePlan:
                           _i32(p.num_kv_heads), _i32(layer), _i32(p.kv_head_offset), _i32(int(math.log2(p.page_size))),
                           _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns), _i32(P), *tier_dims,
                           _i32(dev.num_bands), np.uint32(k0), np.uint32(k1),
-                          np.float32(sm_scale), np.float32(logb), np.float32(beta), cert_mod.form_i_gamma(),
-                          np.float32(gex))
+                          np.float32(sm_scale), np.float32(logb), np.float32(beta),
+                          cert_mod.form_i_gamma(bypass.shape[-1] > 0), np.float32(gex), outl, bypass,
+                          _i32(bypass.shape[-1]))
         elif self.kernel_name == "v2":
             tier, tier_dims = self._exact_tier(layer)
             pages = (self.page_lse, self.page_lam) if P > 0 else (np.uint64(0), np.uint64(0))

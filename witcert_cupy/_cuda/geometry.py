@@ -109,6 +109,9 @@ I8_PAGES_MAX_D = 128
 I8_TIER_A_BANDS = (8, 16, 24, 32, 40, 48, 56, 64)
 I8_MAX_SPLITS = 128
 I8_TILE = 32
+# the most outlier channels (2 per pair) decode_stage1_i8 serves: I8_OUTL_MAX of
+# cuda/decode_i8_geometry.cuh (tests/test_cuda_compile.py checks the two agree)
+I8_OUTL_MAX = 8
 # ... and the library picks it where it beat the staged tile (bench/decode.py --shapes, one process per
 # shape, certified µs i8 / v2, bench/results/decode-shapes.json): its cost per kv token does not depend
 # on G (its mma rows are 8 heads), the staged tile's grows with G, and each of its splits pays a set-up
@@ -120,17 +123,22 @@ I8_MIN_PAIRS = 16
 I8_MIN_G = 3
 I8_WIDE_G = 7  # from here at any context; below it from I8_LONG_TOKENS tokens per request
 I8_LONG_TOKENS = 16384
-I8_EXACT_MIN_G = 4  # with an exact tier and no Tier-A term: from here at any batch and context
+I8_EXACT_MIN_G = 4  # with an exact tier (any tier of certificate): from here at any batch and context
 # With an exact tier (1% of pages) and Tier B form (I) is the choice from I8_EXACT_MIN_G heads per kv
 # head at any batch and context, below it by the Tier-B rule (both kernels forced in one process,
 # certified µs i8 / v2, docs/performance.md): H200, B = 8, 32k: 32/8 477 / 565, 28/4 250 / 388;
 # B = 2, 32/8, 32k 136 / 160; B = 4, 28/4, 4k 44.9 / 52.4; H100, with the exact rows prefetched to
 # L2 and splits of whole tiles: B = 1, 4k: 32/8 27.4 / 29.2, 28/4 25.0 / 31.2, but 24/8 (G = 3)
 # 27.6 / 25.7; B = 2, 32/8, 4k 36.9 / 40.5; B = 1, 32/8, 32k 79.0 / 99.7.  With a Tier-A term as well
-# (AB, 16 bands) form (I) pays the tier's fp32 products and the witness's band sums in one pass and
-# wins only from I8_WIDE_G heads per kv head: B = 8, 32k: 32/8 697 / 648, 28/4 369 / 412; B = 2,
-# 32/8, 32k 192 / 180; B = 4, 28/4, 4k 55.2 / 55.9 (measured before the witness staging and band
-# sum below took 20% off form (I)'s Tier-AB steps without an exact tier: to be measured again).
+# (AB, 16 bands, bench/decode.py's exact_tier_ab_16) the same from I8_EXACT_MIN_G, now that form (I)
+# stages each witness row once per CTA and sums four bands a load (H100, bench/lab/ab_trees.py with
+# the kernel forced): B = 8, 32k: 32/8 622 / 647, 28/4 327 / 413; B = 2, 32/8, 32k 172 / 181; B = 1,
+# 32/8, 4k 28.2 / 32.6.
+I8_OUTLIERS_MIN_G = 4  # with outlier pairs: from here at any batch and context, below it by the general rule
+# With 2 outlier pairs (Tier B) form (I) reads the pairs' fp16 values beside the codes, where the
+# staged tile falls back to its general layout (H100, bench/lab/ab_trees.py with the kernel forced,
+# certified µs i8 / v2): B = 8, 32k: 32/8 587 / 1005, 28/4 337 / 571; B = 1, 4k: 32/8 33.9 / 34.2,
+# 16/8 (G = 2) 32.1 / 29.0, 8/8 (G = 1) 32.5 / 28.2.
 I8_TIER_A_MIN_G = 4  # with a Tier-A term and no exact tier: from here at any batch and context
 # With a Tier-A term (AB, 16 bands) and no exact tier form (I) stages each witness row once per CTA
 # and sums four bands a load, and is the choice from I8_TIER_A_MIN_G heads per kv head at any batch
@@ -145,7 +153,7 @@ def i8_threads(head_dim):
     return 32 * (head_dim // I8_WARP_CH)
 
 
-def i8_smem_bytes(head_dim, exact=False, num_bands=0):
+def i8_smem_bytes(head_dim, exact=False, num_bands=0, outlier_channels=0):
     """decode_stage1_i8's dynamic shared memory in bytes at ``head_dim``: ``sizeof(I8Smem<D>)`` of
     cuda/decode_i8_geometry.cuh, with the exact tier (``exact``) ``I8_EXACT_SMEM(D)`` beyond it, and
     with a Tier-A term over ``num_bands`` witness bands ``I8_TIER_A_SMEM(D, NB)`` (the kernel traps
@@ -155,19 +163,25 @@ def i8_smem_bytes(head_dim, exact=False, num_bands=0):
     constants (16 bytes) and the query digits (24 bytes); the end's exchange of the warps after the
     first (4 floats a lane); with the exact tier, a partial Σ|q||k| per warp, head and token; with
     Tier A, the tile's staged witness rows per buffer (each by the warp certifying its token), and
-    per head the band coefficients and the evaluation term's per-group coefficients."""
+    per head the band coefficients and the evaluation term's per-group coefficients; with
+    ``outlier_channels`` (outlier pairs) their channels, each head's query on them and per warp,
+    buffer and token the K and V rows' stored values (``I8_OUTL_SMEM(D, NP2)``)."""
     nw, ng = head_dim // I8_WARP_CH, head_dim // 32
     per_warp = 2 * 2 * 32 * 64 + 2 * 32 * 64 + 2 * 32 * ng * 2 + 2 * 32 * 2 * 2 + 2 * 8 * 32 * 4
     base = nw * per_warp + 8 * ng * (16 + 4 * 16 + 4 * 8) + max(nw - 1, 1) * 32 * 4 * 4
     tier_a = 2 * 32 * num_bands * 2 + 8 * num_bands * 4 + 8 * ng * 4 if num_bands else 0
-    return base + (nw * 8 * 32 * 4 if exact else 0) + tier_a
+    outl = 4 * I8_OUTL_MAX + 32 * outlier_channels + nw * 2 * 32 * 2 * outlier_channels * 2 if outlier_channels else 0
+    return base + (nw * 8 * 32 * 4 if exact else 0) + tier_a + outl
 
 
-def i8_serves(G, pairs, tokens, exact_tier=False, tier_a=False):
+def i8_serves(G, pairs, tokens, exact_tier=False, tier_a=False, outliers=False):
     """Whether the form-(I) kernel is the library's choice for a step it can serve: ``G`` query
     heads per kv head, ``pairs`` (request, kv head) pairs, ``tokens`` the mean request's tokens,
-    ``exact_tier`` a pool with an exact tier, ``tier_a`` a certificate with a Tier-A term."""
-    if exact_tier and not tier_a and G >= I8_EXACT_MIN_G:  # the staged tile's general layout: slower
+    ``exact_tier`` a pool with an exact tier, ``tier_a`` a certificate with a Tier-A term,
+    ``outliers`` a pool with outlier pairs."""
+    if outliers and G >= I8_OUTLIERS_MIN_G:  # the staged tile's general layout: slower
+        return True
+    if exact_tier and G >= I8_EXACT_MIN_G:  # the staged tile's general layout: slower
         return True
     if tier_a and not exact_tier and G >= I8_MIN_G and (G >= I8_TIER_A_MIN_G or tokens >= I8_LONG_TOKENS):
         return True
