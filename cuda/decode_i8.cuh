@@ -4,8 +4,8 @@
 // p̃·s.  INT8 pools at d = 64, 128 or 256, 8-bit dither, scale groups of 32, Tier A, B, AB (8–64
 // witness bands, a multiple of 8) or no certificate; the exact tier on pools of 16-token pages; with
 // Tier B per-page contributions (16-token pages, d ≤ 128), over the exact tier or not (the gate's
-// steps); outlier pairs (up to I8_OUTL_MAX channels, without the exact tier or page contributions).  One file per head dim instantiates it (decode_i8_d64.cu, ...: the
-// compiles stay short).
+// steps); outlier pairs (up to I8_OUTL_MAX channels, without the exact tier or page contributions).
+// One file per head dim instantiates it (decode_i8_d64.cu, ...: the compiles stay short).
 //
 // decode_stage1_i8<D, G, TIER, PAGES, EXACT, OUTL>: grid (num_splits, Hkv, B), D / 64 warps per CTA serving the
 // kv head's G ≤ 8 query heads over its split, 32-token tiles through a two-deep cp.async pipeline per
