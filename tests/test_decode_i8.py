@@ -54,14 +54,14 @@ def _half_residuals(rng, d=D):
     return q
 
 
-def _split(qv, sm=1 / math.sqrt(D)):
+def _split(qv, sm=1 / math.sqrt(D), byp=None):
     d = qv.shape[0]
     ng = d // GS
     dig = np.zeros((3, d), np.int64)
     sh = np.zeros(ng, np.int64)
     w1, w2, cc, gq = (np.zeros(ng, np.float32) for _ in range(4))
     sm_m, e_sm = math.frexp(float(np.float32(sm)))
-    byp = np.zeros(d, np.bool_)
+    byp = np.zeros(d, np.bool_) if byp is None else byp
     ok, fm, p1, p2 = form_i.query_split(qv, byp, GS, np.float32(sm_m), e_sm, certificate.form_i_gamma(), dig, sh, w1, w2,
                                         cc, gq)
     return ok, dig, sh, (w1, w2, cc, gq, fm, p1, p2)
@@ -92,6 +92,29 @@ def test_query_split_is_exact_and_in_range():
     bad = rng.standard_normal(D).astype(np.float32)
     bad[5] = np.nan
     assert not _split(bad)[0]
+
+
+def test_query_split_leaves_outlier_channels_out():
+    """Outlier channels (exactly stored: their fp32 dot product is added to the logit) take no digits
+    and set no group's exponent: the split of a query whose outlier entries are 2^40 is, constant for
+    constant, the split of the same query with those entries at zero (and not at 2^40 they would
+    leave every other digit of their groups at 0)."""
+    rng = np.random.default_rng(3)
+    qv = rng.standard_normal(D).astype(np.float32)
+    byp = np.zeros(D, np.bool_)
+    byp[[3, 3 + D // 2, 40, 40 + D // 2]] = True
+    qv[byp] = np.float32(2.0 ** 40)
+    ok, dig, sh, consts = _split(qv, byp=byp)
+    zero = np.where(byp, np.float32(0), qv).astype(np.float32)
+    ok0, dig0, sh0, consts0 = _split(zero)
+    assert ok and ok0 and np.array_equal(dig, dig0) and np.array_equal(sh, sh0)
+    for a, b in zip(consts, consts0):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    assert np.all(dig[:, byp] == 0) and np.any(dig[:, ~byp] != 0)
+    _, dig_in, _, _ = _split(qv)  # the same entries taken as quantized channels
+    assert np.all(dig_in[:, :32][:, ~byp[:32]] == 0)
+    qv[40] = np.nan  # a non-finite outlier entry still makes the head not finite
+    assert not _split(qv, byp=byp)[0]
 
 
 def test_split_counts_the_residuals_its_scaling_flushes():
