@@ -492,17 +492,21 @@ def merge_splits(o_part, lse_part, lam_part, cmax_part, gam_part, g0, o, lse, lo
             lse[b, hq] = -_INF
             log_a[b, hq] = np.float32(0.0)
             continue
+        ex = np.zeros(ns, np.float32)  # e^{lse_s − max}, then the weights (an empty split: 0)
         tot = np.float32(0.0)
         for s in range(ns):
             if lse_part[b, hq, s] != -_INF:
-                tot += np.exp(lse_part[b, hq, s] - mx)
+                ex[s] = np.exp(lse_part[b, hq, s] - mx)
+                tot += ex[s]
         L = mx + np.log(tot)
         lse[b, hq] = L
+        for s in range(ns):
+            ex[s] = np.float32(ex[s] / tot)
         for c in range(d):
             acc = np.float32(0.0)
             for s in range(ns):
                 if lse_part[b, hq, s] != -_INF:
-                    acc += np.float32(np.exp(lse_part[b, hq, s] - mx) / tot) * o_part[b, hq, s, c]
+                    acc += ex[s] * o_part[b, hq, s, c]
             o[b, hq, c] = acc
         if lmx == _INF:
             log_a[b, hq] = _INF

@@ -250,8 +250,7 @@ class DecodePlan:
                           _i32(p.num_pages), _i32(self.ix.shape[0]), _i32(ns), _i32(P), *tier_dims,
                           _i32(dev.num_bands), np.uint32(k0), np.uint32(k1),
                           np.float32(sm_scale), np.float32(logb), np.float32(beta),
-                          cert_mod.form_i_gamma(bypass.shape[-1] > 0), np.float32(gex), outl, bypass,
-                          _i32(bypass.shape[-1]))
+                          cert_mod.form_i_gamma(np2 > 0), np.float32(gex), outl, bypass, _i32(np2))
         elif self.kernel_name == "v2":
             tier, tier_dims = self._exact_tier(layer)
             pages = (self.page_lse, self.page_lam) if P > 0 else (np.uint64(0), np.uint64(0))
