@@ -26,19 +26,26 @@ import adversarial as adv  # noqa: E402
 KINDS = [("outliers", ("A", "B", "AB")), ("exact_tier", ("B", "AB")), ("fp16", ("A",)),
          ("decades", ("A", "B", "AB")), ("tiny_q", ("A", "B", "AB")), ("tiny_sm", ("A", "B", "AB")),
          ("adaptive", ("A",))]
-COMBOS = [(k, t) for k, tiers in KINDS for t in tiers]
+# ... and at 16-bit dither (its own form-(I) sums and evaluation term on the GPU)
+KINDS_16 = [("outliers", ("B", "AB")), ("decades", ("B",)), ("tiny_sm", ("AB",))]
+COMBOS = [(k, t, 8) for k, tiers in KINDS for t in tiers] + [(k, t, 16) for k, tiers in KINDS_16 for t in tiers]
+
+
+def combo_key(kind, tier, bits):
+    """A case's key in the JSON: ``kind/tier`` at 8-bit dither, ``kind@16/tier`` at 16."""
+    return f"{kind}/{tier}" if bits == 8 else f"{kind}@{bits}/{tier}"
 
 
 def run_round(backend, seed):
     """One round: every (case kind, tier) once at ``seed``; per case its cells, violations of each
     reading and median bound."""
     out = {}
-    for kind, tier in COMBOS:
-        case = adv.build(kind, backend, B=64, Hkv=8, G=8, seed=seed)
+    for kind, tier, bits in COMBOS:
+        case = adv.build(kind, backend, B=64, Hkv=8, G=8, bits=bits, seed=seed)
         case["cert"] = wc.CertConfig(tier=tier, delta_req=1e-3)
         res = adv.decode(case)
         cells, v2, v1 = adv.violations(case, res)
-        out[f"{kind}/{tier}"] = (cells, v1, v2, float(np.median(adv.host(res.tv_bound))))
+        out[combo_key(kind, tier, bits)] = (cells, v1, v2, float(np.median(adv.host(res.tv_bound))))
     return out
 
 
@@ -73,8 +80,8 @@ def main():
         ap.error("--cells must be >= 1")
     if args.workers < 1:
         ap.error("--workers must be >= 1")
-    rows = {f"{k}/{t}": {"cells": 0, "violations_reading1": 0, "violations_reading2": 0, "bounds": []}
-            for k, t in COMBOS}
+    rows = {combo_key(*c): {"cells": 0, "violations_reading1": 0, "violations_reading2": 0, "bounds": []}
+            for c in COMBOS}
     total, t0 = 0, time.time()
     gen = rounds(args.backend, args.workers)
     for res in gen:

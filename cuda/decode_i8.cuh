@@ -1,13 +1,13 @@
 // decode_i8.cuh — stage 1 of the split-KV decode in SPEC §6's form (I): the logits as exact integer
 // tensor-core products of the stored code and dither bytes with a three-digit integer split of the
 // power-of-two-scaled query, the values as integer products of the same bytes with three digits of
-// p̃·s.  INT8 pools at d = 64, 128 or 256, 8-bit dither, scale groups of 32, Tier A, B, AB (8–64
+// p̃·s.  INT8 pools at d = 64, 128 or 256, 8- or 16-bit dither, scale groups of 32, Tier A, B, AB (8–64
 // witness bands, a multiple of 8) or no certificate; the exact tier on pools of 16-token pages; with
 // Tier B per-page contributions (16-token pages, d ≤ 128), over the exact tier or not (the gate's
 // steps); outlier pairs (up to I8_OUTL_MAX channels, without the exact tier or page contributions).
 // One file per head dim instantiates it (decode_i8_d64.cu, ...: the compiles stay short).
 //
-// decode_stage1_i8<D, G, TIER, PAGES, EXACT, OUTL>: grid (num_splits, Hkv, B), D / 64 warps per CTA serving the
+// decode_stage1_i8<D, G, TIER, PAGES, EXACT, OUTL, BITS>: grid (num_splits, Hkv, B), D / 64 warps per CTA serving the
 // kv head's G ≤ 8 query heads over its split, 32-token tiles through a two-deep cp.async pipeline per
 // warp.  Warp w owns channels [64w, 64w + 64) (scale groups 2w, 2w + 1) of every K and V row; lane
 // 4g + t ("thread (g, t)") owns query head g (rows g ≥ G compute on zeros) and, within a tile, the
@@ -40,6 +40,10 @@
 // staged per warp beside the codes; a token's logit adds fl(d_o·SL) to the integer part (d_o an fp32
 // chain over the channels), c_t adds gamma_exact·Σ|q_c||k_c| (docs/certificate.md §11), and their
 // values are p̃·v in fp32, which replace the integer products' result on those channels.
+// 16-bit dither (BITS = 16): j' = 65535 − j as two bytes, jh' and jl', in two dither tiles per side
+// (four per warp); R2 gains Σ a0·jl' and the rows g + 8 of its
+// accumulator hold R3 = Σ a2·jh' + Σ a1·jl' (one more product per group and 8 tokens, one more per 16
+// channels of V), Z = fma(fl(Y), W1, fma(fl(256·R2 + R3), W1/65536, C)) (docs/certificate.md §11).
 // The values are held to SPEC §9's flash-attention rule (V does not enter the certificate); the
 // weights they apply are p̃ to 22 bits of each tile's largest, so both readings of p̃ (SPEC §5)
 // agree within fp32 resolution.
@@ -132,8 +136,8 @@ WC_D u32 dynamic_smem_bytes() {
     return r;
 }
 
-template <int D, int G, int TIER, bool PAGES, bool EXACT, bool OUTL>
-__global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
+template <int D, int G, int TIER, bool PAGES, bool EXACT, bool OUTL, int BITS>
+__global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
     decode_stage1_i8(const float* __restrict__ q, const i8* __restrict__ codes, const u16* __restrict__ scales,
                      const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
                      const int* __restrict__ kv_last_page_len, float* __restrict__ o_part,
@@ -151,11 +155,12 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
     constexpr bool CERT = TIER != 0, TA = (TIER & 1) != 0, TB = (TIER & 2) != 0;
     static_assert(CERT || !PAGES, "page contributions are a certified step's");
     static_assert(!OUTL || (!PAGES && !EXACT), "outlier pairs: without page contributions or the exact tier");
+    static_assert(BITS == 8 || BITS == 16, "8- or 16-bit dither");
     constexpr int NW = D / I8_WARP_CH, NG = D / 32, THREADS = 32 * NW;
     constexpr int NBW = 4 / NW;  // 8-token blocks per warp of the certificate's work
     // (a warp's certificate blocks are whole 16-token pages up to d = 128)
     static_assert(!PAGES || NBW % 2 == 0, "page contributions at d <= 128");
-    using Smem = I8Smem<D>;
+    using Smem = I8Smem<D, BITS>;
     using Setup = I8Setup<D>;
     static_assert(sizeof(Setup) <= sizeof(((Smem*)0)->dith), "the set-up lives in the dither tiles");
     extern __shared__ __align__(16) unsigned char i8_smem[];
@@ -227,6 +232,19 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
         if (EXACT && e >= 0) {
             prefetch_l2(i8_tier_row<D>(tier_k, e, (u32)sl_, psh) + I8_WARP_CH * ww);
             prefetch_l2(i8_tier_row<D>(tier_v, e, (u32)sl_, psh) + I8_WARP_CH * ww);
+        }
+    };
+    // 16-bit dither: side sd's fields of the lane's token over the warp's 64 channels (Philox calls
+    // 8w .. 8w + 7, eight 16-bit fields each, low half first: SPEC §2), complemented (j' = 65535 − j
+    // bytewise) and split into their high bytes jh' (tile 2·sd) and low bytes jl' (tile 2·sd + 1),
+    // each in the 8-bit layout, so that both feed the same ldmatrix fragments as the codes
+    auto fields16 = [&](int sd, u32 slot_) {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {  // call c: channels 8c .. 8c + 7, half a 16-byte chunk of each tile
+            const u32x4 x = philox10(slot_, dither_ctr1(sd, 8 * w + c), ctr2, 0u, k0, k1);
+            const int o = i8_off(lane, c >> 1) + 8 * (c & 1);
+            *reinterpret_cast<uint2*>(&sh.dith[w][2 * sd][o]) = make_uint2(~prmt(x.x, x.y, 0x7531u), ~prmt(x.z, x.w, 0x7531u));
+            *reinterpret_cast<uint2*>(&sh.dith[w][2 * sd + 1][o]) = make_uint2(~prmt(x.x, x.y, 0x6420u), ~prmt(x.z, x.w, 0x6420u));
         }
     };
     // a tile's rows into warp ww's buffers (its channels), committed as one group of this thread; an
@@ -412,10 +430,15 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
             // the evaluation term per unit of the token's scale (docs/certificate.md §11):
             // sm·2^(−9−S)·(65279·Σ|r| + 510·Σ|a2| + γ_n·(2^17·Σ(32767|a0| + 127|a1|) + 2^9·Σ(127|a2| +
             // 255|a1|) + 255·|ΣQ|)), every step rounded up
-            double x = __dadd_ru(__dmul_ru((double)WC_FORM_I_RESIDUAL_BOUND, sr),
-                                 (double)WC_FORM_I_DROPPED_BOUND * sa2);
-            const double terms = 131072.0 * (32767.0 * sa0 + 127.0 * sa1) + 512.0 * (127.0 * sa2 + 255.0 * sa1) +
-                                 255.0 * fabs((double)sumQ);  // (integers below 2^53: exact)
+            // (16-bit dither: 65279 + 255/256 per |r|, 255/128 per |a2|, and the second sum
+            // 2·Σ(32767|a2| + 65535|a1| + 65280|a0|) and (65535/256)·|ΣQ| in place of the last two)
+            double x = __dadd_ru(__dmul_ru(BITS == 8 ? (double)WC_FORM_I_RESIDUAL_BOUND : (double)WC_FORM_I_RESIDUAL_BOUND_16, sr),
+                                 (BITS == 8 ? (double)WC_FORM_I_DROPPED_BOUND : (double)WC_FORM_I_DROPPED_BOUND_16) * sa2);
+            const double terms = BITS == 8 ? 131072.0 * (32767.0 * sa0 + 127.0 * sa1) + 512.0 * (127.0 * sa2 + 255.0 * sa1) +
+                                                 255.0 * fabs((double)sumQ)
+                                           : 131072.0 * (32767.0 * sa0 + 127.0 * sa1) +
+                                                 2.0 * (32767.0 * sa2 + 65535.0 * sa1 + 65280.0 * sa0) +
+                                                 (65535.0 / 256.0) * fabs((double)sumQ);  // (below 2^53, multiples of 2^-8: exact)
             x = __dadd_ru(x, __dmul_ru((double)gamma_eval, terms));
             const float gq = hfin ? coef_up(__double2float_ru(__dmul_ru((double)smx.m, x)), smx.e - 9 - S,
                                             WC_COEF_FLOOR_1)
@@ -440,7 +463,8 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
             // (2^(17 − δ) and 2^−δ built from their exponent bits, 0 ≤ δ ≤ 60: the products exact)
             static_assert(WC_FORM_I_MAX_GROUP_SHIFT <= 143, "2^(17 − δ) a normal float");
             sh.cf[g][gr] = make_float4(__int_as_float((127 + 17 - delta) << 23),
-                                       (float)(-255.0 * (double)sumQ * __longlong_as_double((i64)(1023 - delta) << 52)),
+                                       (float)(-(BITS == 8 ? 255.0 : 65535.0 / 256.0) * (double)sumQ *
+                                               __longlong_as_double((i64)(1023 - delta) << 52)),
                                        a1c, a2c);
         }
         csq = __dadd_ru(csq, __shfl_xor_sync(0xffffffffu, csq, 1));
@@ -526,24 +550,31 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
         if (t0 + I8_TILE < tb) stage(buf ^ 1, sln, ten, w);
         else cp_async_commit();  // (an empty group keeps the wait below uniform)
         pg = page_of(t0 + 2 * I8_TILE);
-        // 1. this tile's dither fields of the warp's channels, j' = 255 − j
+        // 1. this tile's dither fields of the warp's channels, j' = 255 − j (16 bits: two bytes each)
+        if constexpr (BITS == 8) {
 #pragma unroll
-        for (int sd = 0; sd < 2; ++sd)
+            for (int sd = 0; sd < 2; ++sd)
 #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const u32x4 x = philox10(slot, dither_ctr1(sd, 4 * w + c), ctr2, 0u, k0, k1);
-                *reinterpret_cast<uint4*>(&sh.dith[w][sd][i8_off(lane, c)]) = make_uint4(~x.x, ~x.y, ~x.z, ~x.w);
-            }
+                for (int c = 0; c < 4; ++c) {
+                    const u32x4 x = philox10(slot, dither_ctr1(sd, 4 * w + c), ctr2, 0u, k0, k1);
+                    *reinterpret_cast<uint4*>(&sh.dith[w][sd][i8_off(lane, c)]) = make_uint4(~x.x, ~x.y, ~x.z, ~x.w);
+                }
+        } else {
+            fields16(0, slot);
+            fields16(1, slot);
+        }
         cp_async_wait_group<1>();
         __syncwarp();
         // 2. K: the warp's partial logits Σ s_g Z_g over its two groups (two 8-token blocks at a
         // time: with all four in flight ptxas holds every block's fragments at once)
-#pragma unroll 2
+#pragma unroll(BITS == 8 ? 2 : 1)
         for (int n = 0; n < 4; ++n) {
             u32 kc[4], kd[4];
+            [[maybe_unused]] u32 kl[4];
             const int so = i8_off(8 * n + (lane & 7), lane >> 3);
             ldsm_x4(kc, &sh.codes[buf][w][0][so]);
             ldsm_x4(kd, &sh.dith[w][0][so]);
+            if constexpr (BITS == 16) ldsm_x4(kl, &sh.dith[w][1][so]);
             float inner[2];
 #pragma unroll
             for (int gg = 0; gg < 2; ++gg) {
@@ -556,12 +587,20 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                 imma_k32<false>(c01, a01.x, a01.y, a01.z, a01.w, kc[2 * gg], kc[2 * gg + 1], zero4);
                 imma_k32<true>(c01, 0u, a01.x, 0u, a01.z, kd[2 * gg], kd[2 * gg + 1], c01);
                 imma_k32<false>(c2, a2.x, 0u, a2.y, 0u, kc[2 * gg], kc[2 * gg + 1], zero4);
-                imma_k32<true>(c2, a01.y, 0u, a01.w, 0u, kd[2 * gg], kd[2 * gg + 1], c2);
+                if constexpr (BITS == 8) {
+                    imma_k32<true>(c2, a01.y, 0u, a01.w, 0u, kd[2 * gg], kd[2 * gg + 1], c2);
+                } else {  // (j' = 256·jh' + jl': R2 = Σ a2·k + Σ a1·jh' + Σ a0·jl' in rows g, R3 =
+                    // Σ a2·jh' + Σ a1·jl' in rows g + 8)
+                    imma_k32<true>(c2, a01.y, a2.x, a01.w, a2.y, kd[2 * gg], kd[2 * gg + 1], c2);
+                    imma_k32<true>(c2, a01.x, a01.y, a01.z, a01.w, kl[2 * gg], kl[2 * gg + 1], c2);
+                }
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {
-                    // Z = fma(fl(256·R0 + R1), W1, fma(R2, W1/256, C)) (W1 a power of two)
+                    // Z = fma(fl(256·R0 + R1), W1, fma(R2, W1/256, C)) (W1 a power of two); 16 bits:
+                    // fma(fl(256·R2 + R3), W1/65536, C) inside
                     const float fy = __int2float_rn((c01[i] << 8) + c01[2 + i]);
-                    const float z = __fmaf_rn(fy, cq.x, __fmaf_rn(__int2float_rn(c2[i]), cq.x * 0.00390625f, cq.y));
+                    const float f2 = BITS == 8 ? __int2float_rn(c2[i]) : __int2float_rn((c2[i] << 8) + c2[2 + i]);
+                    const float z = __fmaf_rn(fy, cq.x, __fmaf_rn(f2, cq.x * (BITS == 8 ? 0.00390625f : 1.52587890625e-5f), cq.y));
                     const float sg = f16_to_f32(sh.ks[buf][w][8 * n + 2 * t + i][gr]);
                     inner[i] = gg == 0 ? __fmul_rn(sg, z) : __fmaf_rn(sg, z, inner[i]);
                 }
@@ -891,8 +930,10 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
             for (int hb = 0; hb < 2; ++hb) {  // the warp's channels 16cb .. 16cb + 15, cb = 2·gg + hb
                 const int cb = 2 * gg + hb;
                 u32 vc[4], vd[4];
+                [[maybe_unused]] u32 vl[4];
                 ldsm_x4_trans(vc, &sh.codes[buf][w][1][i8_off(lane, cb)]);
-                ldsm_x4_trans(vd, &sh.dith[w][1][i8_off(lane, cb)]);
+                ldsm_x4_trans(vd, &sh.dith[w][BITS == 8 ? 1 : 2][i8_off(lane, cb)]);
+                if constexpr (BITS == 16) ldsm_x4_trans(vl, &sh.dith[w][3][i8_off(lane, cb)]);
 #pragma unroll
                 for (int odd = 0; odd < 2; ++odd) {  // channels 16cb + 2n' + odd, n' < 8
                     const u32 sel = odd ? 0x7531u : 0x6420u;
@@ -904,6 +945,10 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
                     imma_k32<true>(c, 0u, b0lo, 0u, b0hi, bj0, bj1, c);
                     imma_k32<false>(c2, b2lo, 0u, b2hi, 0u, bk0, bk1, zero4);
                     imma_k32<true>(c2, b1lo, 0u, b1hi, 0u, bj0, bj1, c2);
+                    if constexpr (BITS == 16) {  // (j' = 256·jh' + jl', bj the jh' bytes: R2 += Σ b0·jl';
+                        // Σ b2·jh' + Σ b1·jl', weighted 2^-8 against R2, dropped as 8 bits drop Σ b2·j')
+                        imma_k32<true>(c2, b0lo, 0u, b0hi, 0u, prmt(vl[0], vl[1], sel), prmt(vl[2], vl[3], sel), c2);
+                    }
 #pragma unroll
                     for (int i = 0; i < 2; ++i)  // columns 2t + i: channels 16cb + 4t + 2i + odd
                         o[cb][2 * i + odd] = __fmaf_rn(__int2float_rn((c[i] << 8) + c[2 + i]), vw1,
@@ -1027,7 +1072,8 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
         float* op = o_part + oi * D + I8_WARP_CH * w;
 #pragma unroll
         for (int cb = 0; cb < 4; ++cb) {
-            const float c0 = 0.498046875f * cs[cb >> 1];  // 255/512 · ΣP' of the group
+            // 255/512 (16 bits: 65535/131072) · ΣP' of the group
+            const float c0 = (BITS == 8 ? 0.498046875f : 0.49999237060546875f) * cs[cb >> 1];
             float4 r;
             if (dead || vbad) r = make_float4(NAN, NAN, NAN, NAN);
             else if (l == 0.0f) r = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -1067,34 +1113,39 @@ __global__ void __launch_bounds__(D / 2, I8_WARPS_PER_SM * I8_WARP_CH / D)
 // Explicit instantiations of one head dim (the offline compile checks in tests/test_cuda_compile.py):
 // every G and tier, with and without the exact tier, with outlier pairs, and where the layout serves
 // them, with page contributions and with page contributions over the exact tier (the gate's steps).
-#define WC_I8_INST1(D, G, TIER, PAGES, EXACT, OUTL)                                                             \
-    template __global__ void decode_stage1_i8<D, G, TIER, PAGES, EXACT, OUTL>(                                 \
+#define WC_I8_INST1B(D, G, TIER, PAGES, EXACT, OUTL, BITS)                                                      \
+    template __global__ void decode_stage1_i8<D, G, TIER, PAGES, EXACT, OUTL, BITS>(                           \
         const float*, const i8*, const u16*, const int*, const int*, const int*, float*, float*, float*, float*, \
         float*, float*, float*, const int*, const u16*, const u16*, const u16*, const int*, i64, int, int, int,   \
         int, int, int, int, int, int, int, int, u32, u32, float, float, float, float, float, const u16*,          \
         const int*, int);
-#define WC_I8_INST_G(D, G)                       \
-    WC_I8_INST1(D, G, 0, false, false, false)  \
-    WC_I8_INST1(D, G, 1, false, false, false)  \
-    WC_I8_INST1(D, G, 2, false, false, false)  \
-    WC_I8_INST1(D, G, 3, false, false, false)  \
-    WC_I8_INST1(D, G, 0, false, true, false)   \
-    WC_I8_INST1(D, G, 1, false, true, false)   \
-    WC_I8_INST1(D, G, 2, false, true, false)   \
-    WC_I8_INST1(D, G, 3, false, true, false)   \
-    WC_I8_INST1(D, G, 0, false, false, true)   \
-    WC_I8_INST1(D, G, 1, false, false, true)   \
-    WC_I8_INST1(D, G, 2, false, false, true)   \
-    WC_I8_INST1(D, G, 3, false, false, true)   \
-    WC_I8_INST_PAGES(D, G)
+#define WC_I8_INST_GB(D, G, BITS)                       \
+    WC_I8_INST1B(D, G, 0, false, false, false, BITS)  \
+    WC_I8_INST1B(D, G, 1, false, false, false, BITS)  \
+    WC_I8_INST1B(D, G, 2, false, false, false, BITS)  \
+    WC_I8_INST1B(D, G, 3, false, false, false, BITS)  \
+    WC_I8_INST1B(D, G, 0, false, true, false, BITS)   \
+    WC_I8_INST1B(D, G, 1, false, true, false, BITS)   \
+    WC_I8_INST1B(D, G, 2, false, true, false, BITS)   \
+    WC_I8_INST1B(D, G, 3, false, true, false, BITS)   \
+    WC_I8_INST1B(D, G, 0, false, false, true, BITS)   \
+    WC_I8_INST1B(D, G, 1, false, false, true, BITS)   \
+    WC_I8_INST1B(D, G, 2, false, false, true, BITS)   \
+    WC_I8_INST1B(D, G, 3, false, false, true, BITS)   \
+    WC_I8_INST_PAGES(D, G, BITS)
+#define WC_I8_INST_G(D, G) WC_I8_INST_GB(D, G, 8) WC_I8_INST_GB(D, G, 16)
 #define WC_I8_INST_EVERY_G(D)                                                                          \
     WC_I8_INST_G(D, 1) WC_I8_INST_G(D, 2) WC_I8_INST_G(D, 3) WC_I8_INST_G(D, 4) WC_I8_INST_G(D, 5) \
         WC_I8_INST_G(D, 6) WC_I8_INST_G(D, 7) WC_I8_INST_G(D, 8)
 // One G of each class ptxas compiles alike (G = 1; 2–4; 5–7; 8: G only sets the query's loads per
 // thread and which mma rows are predicated off; registers equal within a class, nvcc 13.0 at every
 // tier and mode): CI's compile check (tests/test_cuda_compile.py, where WITCERT_COMPILE_EVERY_G=1
-// checks every G) instantiates these, which halves its longest compiles.
-#define WC_I8_INST_G_CLASSES(D) WC_I8_INST_G(D, 1) WC_I8_INST_G(D, 4) WC_I8_INST_G(D, 7) WC_I8_INST_G(D, 8)
+// checks every G) instantiates these, which halves its longest compiles.  At 16-bit dither the
+// classes' extremes, G = 1 and 8: its instances sit 24 or more registers below their bound of 255
+// (163–231 at every class, nvcc 13.0), and its compiles are the longest.
+#define WC_I8_INST_G_CLASSES(D)                                                                                \
+    WC_I8_INST_GB(D, 1, 8) WC_I8_INST_GB(D, 4, 8) WC_I8_INST_GB(D, 7, 8) WC_I8_INST_GB(D, 8, 8) WC_I8_INST_GB(D, 1, 16) \
+        WC_I8_INST_GB(D, 8, 16)
 #ifdef WITCERT_I8_G_CLASSES
 #define WC_I8_INST(D) WC_I8_INST_G_CLASSES(D)
 #else

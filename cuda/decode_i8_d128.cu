@@ -3,6 +3,6 @@
 #include "decode_i8.cuh"
 
 #ifdef WITCERT_INSTANTIATE_ALL
-#define WC_I8_INST_PAGES(D, G) WC_I8_INST1(D, G, 2, true, false, false) WC_I8_INST1(D, G, 2, true, true, false)
+#define WC_I8_INST_PAGES(D, G, BITS) WC_I8_INST1B(D, G, 2, true, false, false, BITS) WC_I8_INST1B(D, G, 2, true, true, false, BITS)
 WC_I8_INST(128)
 #endif

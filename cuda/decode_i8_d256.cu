@@ -3,6 +3,6 @@
 #include "decode_i8.cuh"
 
 #ifdef WITCERT_INSTANTIATE_ALL
-#define WC_I8_INST_PAGES(D, G)  // (page contributions: d <= 128)
+#define WC_I8_INST_PAGES(D, G, BITS)  // (page contributions: d <= 128)
 WC_I8_INST(256)
 #endif

@@ -12,16 +12,24 @@
 // and d, and measured 8–10% faster there than at 8 warps (up to 255 registers) at B = 8, 4% slower
 // at B = 1 (docs/performance.md)
 #define I8_WARPS_PER_SM 12
+// ... at 16-bit dither: 8 (two a scheduler: up to 255 registers).  Its fifth product per group and
+// block, the second byte's fragments and twice the Philox calls spilled at three a scheduler (10 or
+// 12 warps: 168 registers) in most instances, wherever V's fields were drawn
+#define I8_WARPS_PER_SM_WIDE 8
+// CTAs per SM of head dim D at dither width BITS the register budget is set for
+#define I8_MIN_CTAS(D, BITS) (((BITS) == 8 ? I8_WARPS_PER_SM : I8_WARPS_PER_SM_WIDE) * I8_WARP_CH / (D))
 
-// shared memory (dynamic: 17–71 KB over D): per warp two buffers of staged rows and scales per side
-// and one tile of dither fields per side; the tile's partial logits of every warp (two buffers);
+// shared memory (dynamic: 17–71 KB over D at 8 bits): per warp two buffers of staged rows and scales
+// per side and one tile of dither fields per side (16-bit dither: two, the fields' high and low
+// bytes); the tile's partial logits of every warp (two buffers);
 // the per-head constants; the set-up (query, digits) uses the dither tiles' space before the first
 // tile's fields are written.  witcert_cupy/_cuda/geometry.py's i8_smem_bytes mirrors its size.
-template <int D>
+template <int D, int BITS = 8>
 struct I8Smem {
     static constexpr int NW = D / I8_WARP_CH, NG = D / 32;
     u8 codes[2][NW][2][I8_TILE * I8_WARP_CH];  // [buffer][warp][side][i8_off(token, chunk)]
-    u8 dith[NW][2][I8_TILE * I8_WARP_CH];      // [warp][side][i8_off(token, chunk)]: j' = 255 − j
+    // [warp][side][i8_off(token, chunk)]: j' = 255 − j; 16 bits: [warp][2·side + byte] (high, low)
+    u8 dith[NW][BITS / 4][I8_TILE * I8_WARP_CH];
     u16 ks[2][NW][I8_TILE][NG];                // [buffer][warp][token][group]: K scales, every group
     u16 vs[2][NW][I8_TILE][2];                 // [buffer][warp][token][its group]: V scales
     float xp[2][NW][8][I8_TILE];               // [buffer][warp][head][token]: partial logits

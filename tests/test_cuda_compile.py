@@ -36,6 +36,7 @@ def _entries_without_local_memory(log):
 # compiles of the form-(I) kernel unless WITCERT_COMPILE_EVERY_G=1 (the three head dims' every-G
 # compiles were over a third of CI's time)
 I8_G_CLASSES = (1, 4, 7, 8)
+I8_G_CLASSES_WIDE = (1, 8)  # ... at 16-bit dither: the classes' extremes (their registers' headroom)
 
 
 def _every_g():
@@ -49,8 +50,8 @@ def _scope_defines(name):
 
 
 def _assert_i8_instances(name, entries):
-    """decode_i8_d{D}.cu instantiated every (G, tier, page contributions, exact tier, outlier pairs) the
-    library launches at its head dim (geometry.py: pages up to I8_PAGES_MAX_D)."""
+    """decode_i8_d{D}.cu instantiated every (G, tier, page contributions, exact tier, outlier pairs,
+    dither bits) the library launches at its head dim (geometry.py: pages up to I8_PAGES_MAX_D)."""
     from witcert_cupy._cuda import geometry as geo
 
     d = int(re.fullmatch(r"decode_i8_d(\d+)\.cu", name).group(1))
@@ -59,12 +60,15 @@ def _assert_i8_instances(name, entries):
     # tier and with outlier pairs; Tier B with pages, and over the exact tier
     modes = [(c, 0, x, 0) for x in (0, 1) for c in range(4)] + [(c, 0, 0, 1) for c in range(4)] + \
         ([(2, 1, 0, 0), (2, 1, 1, 0)] if d <= geo.I8_PAGES_MAX_D else [])
-    gs = range(1, 9) if _every_g() else I8_G_CLASSES
-    for g in gs:
-        for c, p, x, o in modes:
-            assert any(f"decode_stage1_i8ILi{d}ELi{g}ELi{c}ELb{p}ELb{x}ELb{o}EEv" in e for e in entries), \
-                (d, g, c, p, x, o)
-    assert len([e for e in entries if "decode_stage1_i8" in e]) == len(gs) * len(modes)
+    n = 0
+    for bits, classes in ((8, I8_G_CLASSES), (16, I8_G_CLASSES_WIDE)):
+        gs = range(1, 9) if _every_g() else classes
+        for g in gs:
+            for c, p, x, o in modes:
+                assert any(f"decode_stage1_i8ILi{d}ELi{g}ELi{c}ELb{p}ELb{x}ELb{o}ELi{bits}EEv" in e for e in entries), \
+                    (d, g, c, p, x, o, bits)
+        n += len(gs) * len(modes)
+    assert len([e for e in entries if "decode_stage1_i8" in e]) == n
 
 
 def _assert_instances(name, entries):
@@ -276,8 +280,8 @@ def test_f16_launch_geometry_is_the_kernel_s(tmp_path):
 
 def test_i8_shared_memory_is_the_kernel_s(tmp_path):
     """decode_stage1_i8's dynamic shared memory as the launch layer computes it is the kernel's
-    sizeof(I8Smem<D>) (the kernel traps when given less), and its CTAs per SM at that size reach the
-    warps per SM its register bound is set for."""
+    sizeof(I8Smem<D>) (the kernel traps when given less; sizeof(I8Smem<D, 16>) at 16-bit dither), and
+    its CTAs per SM at that size reach the warps per SM its register bound is set for."""
     from witcert_cupy._cuda import geometry as geo
 
     lines = _host_program_lines("i8_smem.cu", tmp_path)
@@ -285,12 +289,15 @@ def test_i8_shared_memory_is_the_kernel_s(tmp_path):
     base = geo.i8_smem_bytes
     assert got == {d: (base(d), base(d, exact=True) - base(d), base(d, num_bands=8) - base(d),
                        base(d, num_bands=64) - base(d), base(d, outlier_channels=4) - base(d),
-                       base(d, outlier_channels=geo.I8_OUTL_MAX) - base(d)) for d in geo.I8_HEAD_DIMS}
-    for d, (smem, extra, _, _, o4, _) in got.items():  # 12 warps per SM (8 with the exact tier): 228 KB an SM,
-        # 1 KB per CTA; with up to two outlier pairs, still 12
+                       base(d, outlier_channels=geo.I8_OUTL_MAX) - base(d), base(d, bits=16))
+                   for d in geo.I8_HEAD_DIMS}
+    for d, (smem, extra, _, _, o4, omax, s16) in got.items():  # 12 warps per SM (8 with the exact tier): 228 KB an SM,
+        # 1 KB per CTA; with up to two outlier pairs, still 12; at 16-bit dither the 8 warps its register
+        # bound is set for, with the exact tier or with the most outlier pairs
         assert 12 * geo.I8_WARP_CH // d * (smem + 1024) <= 228 * 1024, (d, smem)
         assert 8 * geo.I8_WARP_CH // d * (smem + extra + 1024) <= 228 * 1024, (d, smem)
         assert 12 * geo.I8_WARP_CH // d * (smem + o4 + 1024) <= 228 * 1024, (d, smem)
+        assert 8 * geo.I8_WARP_CH // d * (s16 + max(extra, omax) + 1024) <= 228 * 1024, (d, s16)
 
 
 def test_source_hash_tracks_every_file():

@@ -54,7 +54,7 @@ def _half_residuals(rng, d=D):
     return q
 
 
-def _split(qv, sm=1 / math.sqrt(D), byp=None):
+def _split(qv, sm=1 / math.sqrt(D), byp=None, bits=8):
     d = qv.shape[0]
     ng = d // GS
     dig = np.zeros((3, d), np.int64)
@@ -63,7 +63,7 @@ def _split(qv, sm=1 / math.sqrt(D), byp=None):
     sm_m, e_sm = math.frexp(float(np.float32(sm)))
     byp = np.zeros(d, np.bool_) if byp is None else byp
     ok, fm, p1, p2 = form_i.query_split(qv, byp, GS, np.float32(sm_m), e_sm, certificate.form_i_gamma(), dig, sh, w1, w2,
-                                        cc, gq)
+                                        cc, gq, bits)
     return ok, dig, sh, (w1, w2, cc, gq, fm, p1, p2)
 
 
@@ -136,23 +136,24 @@ def test_split_counts_the_residuals_its_scaling_flushes():
                 assert float(gq[gr]) >= need, (gr, float(gq[gr]), need)
 
 
-def _tokens(rng, n, d=D):
-    """``n`` tokens' codes, dither fields and fp16 scales (over their whole range, subnormals
-    included), extreme codes at the ends."""
+def _tokens(rng, n, d=D, bits=8):
+    """``n`` tokens' codes, ``bits``-bit dither fields and fp16 scales (over their whole range,
+    subnormals included), extreme codes at the ends."""
     codes = rng.integers(-127, 128, (n, d))
     codes[0] = 127
     codes[1] = -127
-    jp = rng.integers(0, 256, (n, d))
+    jp = rng.integers(0, 1 << bits, (n, d))
     jp[0] = 0
-    jp[1] = 255
+    jp[1] = (1 << bits) - 1
     s = np.exp2(rng.uniform(-24, 15.9, (n, d // GS))).astype(np.float16).astype(np.float32)
     return codes, jp, s
 
 
-def _logit_errors(qv, codes, jp, s, sm, drop_residual=False):
+def _logit_errors(qv, codes, jp, s, sm, drop_residual=False, bits=8, sums=None):
     """float64 |ℓ̃ − sm·q·x̂| of the CPU twin's logits and the evaluation term Σ_g s_g·gq_g per token
-    (x̂ = s(k − ξ), ξ = (255 − 2j')/512 exactly)."""
-    ok, dig, sh, (w1, w2, cc, gq, fm, p1, p2) = _split(qv, sm)
+    (x̂ = s(k − ξ), ξ = (255 − 2j')/512 exactly; 16-bit dither (65535 − 2j')/2^17).  ``sums``: a
+    stand-in for ``form_i.group_sums`` (what a kernel computing other sums would produce)."""
+    ok, dig, sh, (w1, w2, cc, gq, fm, p1, p2) = _split(qv, sm, bits=bits)
     assert ok
     if drop_residual:  # the term without the split's residual (what a kernel that forgot it would add)
         ng = D // GS
@@ -164,24 +165,32 @@ def _logit_errors(qv, codes, jp, s, sm, drop_residual=False):
             terms = 131072 * (32767 * a[0] + 127 * a[1]) + 512 * (127 * a[2] + 255 * a[1]) + 255 * abs(Q.sum())
             x = C.FORM_I_DROPPED_BOUND * a[2] + float(certificate.form_i_gamma()) * terms
             gq[gr] = float(np.float32(sm)) * math.ldexp(x, -9 - int(sh[gr]))
-    xhat = np.repeat(s, GS, axis=1).astype(np.float64) * (codes - (255.0 - 2.0 * jp) / 512.0)
+    jmax = (1 << bits) - 1
+    xhat = np.repeat(s, GS, axis=1).astype(np.float64) * (codes - (jmax - 2.0 * jp) / (2.0 * (jmax + 1)))
     exact = float(np.float32(sm)) * xhat @ qv.astype(np.float64)
-    got = np.array([float(form_i.logit2(dig, codes[t].astype(np.int8), jp[t], s[t], GS, w1, w2, cc, fm, p1, p2))
-                    for t in range(len(codes))]) * math.log(2.0)
+    logit2 = form_i.logit2 if sums is None else form_i.logit2.py_func
+    saved = form_i.group_sums
+    if sums is not None:  # (the pure-Python logit2 looks the sums up in the module when it runs)
+        form_i.group_sums = sums
+    try:
+        got = np.array([float(logit2(dig, codes[t].astype(np.int8), jp[t], s[t], GS, w1, w2, cc, fm, p1, p2, bits))
+                        for t in range(len(codes))]) * math.log(2.0)
+    finally:
+        form_i.group_sums = saved
     return np.abs(got - exact), s.astype(np.float64) @ gq.astype(np.float64)
 
 
-@pytest.mark.parametrize("d", [64, 128, 256])
-def test_integer_logit_is_inside_its_evaluation_term(d):
+@pytest.mark.parametrize("d,bits", [(64, 8), (128, 8), (256, 8), (64, 16), (128, 16), (256, 16)])
+def test_integer_logit_is_inside_its_evaluation_term(d, bits):
     """|ℓ̃ − sm·q·x̂| ≤ Σ_g s_g·gq_g (+ g₀) for every token whose logit is finite, on queries over
     the whole fp32 range and logit scales from 2^-80 to 2^20, at each head dim (one, two or four
-    warps' parts)."""
+    warps' parts) and dither width."""
     rng = np.random.default_rng(1)
-    codes, jp, s = _tokens(rng, 64, d)
+    codes, jp, s = _tokens(rng, 64, d, bits)
     for sm in (1 / math.sqrt(d), 2.0 ** -80, 2.0 ** 20):
         g0 = certificate.underflow_term(d, sm)
         for qv in _queries(rng, d):
-            err, term = _logit_errors(qv, codes, jp, s, sm)
+            err, term = _logit_errors(qv, codes, jp, s, sm, bits=bits)
             # (a logit past fp32 poisons its head and a term past it says "no guarantee": both sound)
             held = np.isfinite(err) & np.isfinite(term)
             assert np.all(err[held] <= term[held] + g0), (sm, np.max(err[held] - term[held]))
@@ -206,12 +215,33 @@ def test_split_residual_breaks_the_bound_without_its_term():
     assert np.all(err <= term)
 
 
-@pytest.mark.parametrize("kind,d", [("decades", 128), ("tiny_q", 128), ("tiny_sm", 128), ("decades", 64),
-                                    ("tiny_sm", 256), ("outliers", 128), ("outliers", 64)])
-def test_cpu_twin_has_no_violations_on_adversarial_cases(kind, d):
+def test_sixteen_bit_logit_needs_its_fourth_sum():
+    """At 16-bit dither the digit sum carries R3 = Σ a2·jh' + Σ a1·jl' at weight 2 (against R2's 2^9):
+    the 8-bit layout's three sums would drop up to 510·Σ(|a1| + |a2|), which no part of the term
+    counts.  Digits a1 = a2 = 127 under each group's 1/2 (a0 = 0 there) against fields of 65535:
+    with R3 left out every token exceeds its term; with it, none does."""
+    qv = np.full(D, 32639 * 2.0 ** -22, np.float32)  # Q = 127·256 + 127 at the split's scale 2^22
+    qv[::GS] = 0.5
+    rng = np.random.default_rng(6)
+    codes = rng.integers(-127, 128, (8, D))
+    jp = np.full((8, D), 65535)
+    s = np.ones((8, D // GS), np.float32)
+    real = form_i.group_sums
+    three = lambda *a: real(*a)[:3] + (0,)  # noqa: E731
+    err, term = _logit_errors(qv, codes, jp, s, 1 / math.sqrt(D), bits=16, sums=three)
+    assert np.all(err > 4 * term)
+    err, term = _logit_errors(qv, codes, jp, s, 1 / math.sqrt(D), bits=16)
+    assert np.all(err <= term)
+
+
+@pytest.mark.parametrize("kind,d,bits", [("decades", 128, 8), ("tiny_q", 128, 8), ("tiny_sm", 128, 8), ("decades", 64, 8),
+                                         ("tiny_sm", 256, 8), ("outliers", 128, 8), ("outliers", 64, 8),
+                                         ("decades", 128, 16), ("tiny_sm", 64, 16), ("outliers", 256, 16)])
+def test_cpu_twin_has_no_violations_on_adversarial_cases(kind, d, bits):
     """The CPU backend in form (I) (the GPU kernel's twin), Tier B, on both readings of p̃ (with
-    outlier pairs: their cancelling 2^30 terms in the fp32 logit added to the integer one)."""
-    case = adv.build(kind, "cpu", B=16, Hkv=2, G=8, d=d, seed=3)
+    outlier pairs: their cancelling 2^30 terms in the fp32 logit added to the integer one), at 8-
+    and 16-bit dither."""
+    case = adv.build(kind, "cpu", B=16, Hkv=2, G=8, d=d, bits=bits, seed=3)
     case["cert"] = wc.CertConfig(tier="B", delta_req=1e-3)
     with cpu_dot_order(certificate.FORM_I_ORDER):
         res = adv.decode(case)
@@ -227,18 +257,18 @@ def _page_in_every(pool, indices, k):
             pool.page_in(0, h, page)
 
 
-@pytest.mark.parametrize("d,exact,tier,pairs", [
+@pytest.mark.parametrize("d,exact,tier,pairs,bits", [c + (8,) for c in [
     (64, False, "B", 0), (128, False, "B", 0), (256, False, "B", 0), (128, True, "B", 0), (64, True, "B", 0),
     (128, False, "AB", 0), (256, False, "A", 0), (128, True, "AB", 0), (128, False, "B", 2), (64, False, "AB", 4),
-    (256, False, "A", 1)])
-def test_cpu_twin_is_close_to_the_fp32_path(d, exact, tier, pairs):
+    (256, False, "A", 1)]] + [(128, False, "B", 0, 16), (64, True, "AB", 0, 16), (256, False, "B", 2, 16)])
+def test_cpu_twin_is_close_to_the_fp32_path(d, exact, tier, pairs, bits):
     """Form (I) against the shipped fp32 path on ordinary inputs, at each head dim the kernel serves,
-    with pages served from the exact tier and with outlier pairs: o and lse within fp32 noise, the
-    certificate and the page contributions within 0.2% (both evaluation terms are a small share of
-    c_t)."""
+    with pages served from the exact tier, with outlier pairs and at 16-bit dither: o and lse within
+    fp32 noise, the certificate and the page contributions within 0.2% (both evaluation terms are a
+    small share of c_t)."""
     rng = np.random.default_rng(4)
     op = np.tile(np.arange(pairs), (1, 2, 1)) if pairs else None
-    cfg = wc.QuantConfig(d, witness_bands=0 if tier == "B" else 16, outlier_pairs=op)
+    cfg = wc.QuantConfig(d, dither_bits=bits, witness_bands=0 if tier == "B" else 16, outlier_pairs=op)
     pool, (ip, ix, last, _), _, _ = filled_pool(rng, lengths=[300, 77, 1], H=2, d=d, cfg=cfg,
                                                 exact_tier_pages=32 * exact)
     if exact:
@@ -257,7 +287,10 @@ def test_cpu_twin_is_close_to_the_fp32_path(d, exact, tier, pairs):
     # exact-tier order's, a 64-channel chain and the warps' pairwise sum, against the CPU order's)
     mixed = slice(0, 2) if exact else slice(None)
     np.testing.assert_allclose(i.cmax[mixed], f.cmax[mixed], rtol=1e-3)
-    np.testing.assert_allclose(i.tv_bound[mixed], f.tv_bound[mixed], rtol=2e-3, atol=1e-4 if exact else 0)
+    # (at 16-bit dither β is 2^-8 of 8 bits': the evaluation terms' share of c_t is larger, and form
+    # (I)'s, the smaller, pulls the bound down by up to 0.25%)
+    np.testing.assert_allclose(i.tv_bound[mixed], f.tv_bound[mixed], rtol=2e-3 if bits == 8 else 3e-3,
+                               atol=1e-4 if exact else 0)
     if exact:
         from witcert_cupy._cpu.decode import dot_height
 
@@ -269,10 +302,10 @@ def test_cpu_twin_is_close_to_the_fp32_path(d, exact, tier, pairs):
 
 def test_form_i_refuses_what_it_does_not_serve():
     rng = np.random.default_rng(5)
-    cfg = wc.QuantConfig(D, dither_bits=16)
+    cfg = wc.QuantConfig(D, dither_bits=24)
     pool, (ip, ix, last, _), _, _ = filled_pool(rng, lengths=[40], H=2, cfg=cfg)
     q = rng.standard_normal((1, 4, D)).astype(np.float32)
-    with cpu_dot_order(certificate.FORM_I_ORDER), pytest.raises(ValueError, match="8-bit dither"):
+    with cpu_dot_order(certificate.FORM_I_ORDER), pytest.raises(ValueError, match="8- or 16-bit dither, not 24"):
         wc.decode_attention(q, pool, layer=0, kv_indptr=ip, kv_indices=ix, kv_last_page_len=last)
 
 
@@ -303,14 +336,19 @@ I8_TWIN_CASES = [c + (0,) for c in [
     (128, 4, 16, "B", False, False, 2), (128, 8, 1, "AB", False, False, 4), (128, 3, 16, None, False, False, 1),
     (64, 1, 16, "B", False, False, 2), (64, 7, 16, "AB", False, False, 3), (256, 8, 16, "A", False, False, 4),
     (256, 2, 64, "B", False, False, 1)]
+# (..., outlier pairs) and the dither's width: 8 bits above; 16 bits across head dims, tiers and modes
+I8_TWIN_CASES = [c + (8,) for c in I8_TWIN_CASES] + [
+    (128, 8, 16, "B", False, False, 0, 16), (128, 1, 1, None, False, False, 0, 16), (64, 4, 16, "B", True, True, 0, 16),
+    (256, 7, 16, "AB", False, False, 0, 16), (128, 4, 16, "B", False, False, 2, 16), (128, 7, 16, "B", True, False, 0, 16),
+    (64, 8, 64, "A", False, True, 0, 16), (256, 2, 16, "B", False, False, 4, 16)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("d,G,page,tier,pages,exact,pairs", I8_TWIN_CASES)
-def test_i8_kernel_matches_its_cpu_twin(d, G, page, tier, pages, exact, pairs):
+@pytest.mark.parametrize("d,G,page,tier,pages,exact,pairs,bits", I8_TWIN_CASES)
+def test_i8_kernel_matches_its_cpu_twin(d, G, page, tier, pages, exact, pairs, bits):
     """decode_stage1_i8 against the CPU backend in form (I), at each head dim, with and without page
     contributions, with pages served from the exact tier (with page contributions or not) and with
-    outlier pairs (their fp32 logit and values beside the integer products): a one-token request's lse is its logit
+    outlier pairs (their fp32 logit and values beside the integer products), at 8- and 16-bit dither: a one-token request's lse is its logit
     (the integer sums and their fp32 combination, value for value), every lse within fp32 noise, o by
     the flash-attention rule against an fp16 attention on the same values, the certificate the
     twin's and sound against the float64 TV, the page contributions the twin's (and the pages' lse_j
@@ -323,8 +361,8 @@ def test_i8_kernel_matches_its_cpu_twin(d, G, page, tier, pages, exact, pairs):
     bands = {64: 8, 128: 16, 256: 64}[d] if tier and "A" in tier else 0
     op = np.tile(np.arange(pairs), (1, H, 1)) if pairs else None
     kw = dict(lengths=lengths, H=H, d=d, page_size=page, exact_tier_pages=256 * exact,
-              cfg=wc.QuantConfig(d, witness_bands=bands, outlier_pairs=op))
-    (pc, tc, _, _), (pg, tg, _, _) = _gpu_pools(G + page + d, **kw)
+              cfg=wc.QuantConfig(d, dither_bits=bits, witness_bands=bands, outlier_pairs=op))
+    (pc, tc, _, _), (pg, tg, _, _) = _gpu_pools(G + page + d + bits, **kw)
     if exact:  # every third page of the table exact, on both backends
         _page_in_every(pc, tc[1], 3)
         _page_in_every(pg, tg[1], 3)
@@ -339,7 +377,7 @@ def test_i8_kernel_matches_its_cpu_twin(d, G, page, tier, pages, exact, pairs):
     for ns in (1, 5, None):
         plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns, stage1="i8", max_pages=P)
         assert plan.stage1_template == f"decode_stage1_i8<{d}, {G}, {certificate.tier_code(cert)}, " \
-                                       f"{str(pages).lower()}, {str(exact).lower()}, {str(pairs > 0).lower()}>"
+                                       f"{str(pages).lower()}, {str(exact).lower()}, {str(pairs > 0).lower()}, {bits}>"
         plan.launch()
         rg = plan.result()
         assert tuple(rg.dot_order) == certificate.FORM_I_ORDER
@@ -450,7 +488,7 @@ def test_i8_kernel_non_finite_inputs(pairs):
     def run(qq, idx=ix):
         pg.ledger.reset()
         plan = pg._dev.plan(cp.asarray(qq), 0, ip, idx, ll, 1 / math.sqrt(D), cert, 3, stage1="i8")
-        assert plan.stage1_template.endswith(f"{str(pairs > 0).lower()}>")
+        assert plan.stage1_template.endswith(f"{str(pairs > 0).lower()}, 8>")
         plan.launch()
         return plan.result()
 
@@ -497,7 +535,7 @@ def test_i8_kernel_exact_tier_non_finite_inputs(pages):
     def run(qq):
         pg.ledger.reset()
         plan = pg._dev.plan(cp.asarray(qq), 0, ip, ix, ll, 1 / math.sqrt(D), cert, 3, stage1="i8", max_pages=P)
-        assert plan.stage1_template.endswith(f"{str(pages).lower()}, true, false>")
+        assert plan.stage1_template.endswith(f"{str(pages).lower()}, true, false, 8>")
         plan.launch()
         return plan.result()
 

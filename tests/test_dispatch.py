@@ -17,7 +17,10 @@ TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
     ({"pairs": 15}, ("v2", True)), ({"pairs": 16}, ("i8", True)),  # small steps: the staged tile
     ({"G": 2}, ("v2", True)), ({"G": 3}, ("i8", True)),             # few heads per kv head: the staged tile
     ({"G": 4, "tokens": 4096}, ("v2", True)), ({"G": 7, "tokens": 4096}, ("i8", True)),  # short contexts
-    ({"bits": 16}, ("v2", True)), ({"bits": 24}, ("v2", True)),   # other resolutions: staged tile
+    ({"bits": 16}, ("i8", True)), ({"bits": 24}, ("v2", True)),   # 16-bit dither: form (I), 24: staged tile
+    ({"bits": 16, "G": 1, "pairs": 2, "tokens": 512}, ("i8", True)),  # ... at any size,
+    ({"bits": 16, "tier": TIER_A, "num_bands": 16, "exact_tier": True}, ("i8", False)),  # with every feature
+    ({"bits": 16, "outlier_channels": 4, "G": 2}, ("i8", False)), ({"bits": 16, "page_outputs": True}, ("i8", False)),
     ({"tier": TIER_A, "num_bands": 16}, ("i8", False)),           # Tier A/AB: form (I) over 8–64 bands,
     ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8, "G": 4, "tokens": 4096}, ("i8", False)),  # at d = 128
     ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8, "G": 3, "tokens": 4096}, ("v2", False)),  # from G = 4,
@@ -67,7 +70,8 @@ TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
     ({"page_outputs": True, "certified": False}, ("v1", False)),
     ({"head_dim": 64}, ("i8", True)), ({"head_dim": 256}, ("i8", True)),  # other head dims: form (I)
     ({"head_dim": 64, "pairs": 2, "G": 1, "tokens": 64}, ("i8", True)),
-    ({"head_dim": 96}, ("v1", True)), ({"head_dim": 64, "bits": 16}, ("v1", True)),
+    ({"head_dim": 96}, ("v1", True)), ({"head_dim": 64, "bits": 16}, ("i8", True)),
+    ({"head_dim": 64, "bits": 24}, ("v1", True)),
     ({"unroll": 4}, ("v1", True)),
     ({"group_size": 64}, ("v2", False)), ({"group_size": 16}, ("v2", False)),
     ({"fp16_store": True, "bits": 0, "certified": False}, ("f16", False)),
@@ -85,7 +89,8 @@ def test_a_forced_kernel_is_used_where_it_applies_and_refused_where_not():
     assert select_stage1(**BASE, requested="v2") == ("v2", True)
     assert select_stage1(**BASE, requested="i8") == ("i8", True)
     assert select_stage1(**{**BASE, "outlier_channels": 8}, requested="i8") == ("i8", False)
-    for change in ({"bits": 16}, {"tier": TIER_A}, {"outlier_channels": 10}, {"outlier_channels": 4, "exact_tier": True},
+    assert select_stage1(**{**BASE, "bits": 16}, requested="v2") == ("v2", True)
+    for change in ({"bits": 24}, {"tier": TIER_A}, {"outlier_channels": 10}, {"outlier_channels": 4, "exact_tier": True},
                    {"outlier_channels": 4, "page_outputs": True}, {"group_size": 64},
                    {"exact_tier": True, "page_size": 64},
                    {"page_outputs": True, "page_size": 1}, {"page_outputs": True, "certified": False},

@@ -92,12 +92,19 @@ TC_OPERAND_BOUND = 127.75
 # FORM_I_RESIDUAL_BOUND per unit of |r|, the dropped product 2·Σ a2·j' at most FORM_I_DROPPED_BOUND
 # per unit of |a2|, and the fp32 combination of the exact group sums at most
 # γ_{FORM_I_ROUNDINGS} of their absolute terms (11 roundings on the GPU's path, 2 more where the CPU
-# twin converts the log2-unit logit to natural units).
+# twin converts the log2-unit logit to natural units).  At 16-bit dither the field j' = 65535 − j is
+# two bytes (high jh', low jl'): 512·(k − ξ) = 512·k + 2·jh' + jl'/128 − 65535/256, one more exact sum
+# of products is kept (R3 = Σ a2·jh' + Σ a1·jl'), and only Σ a2·jl'/128 is dropped:
+# FORM_I_RESIDUAL_BOUND_16 and FORM_I_DROPPED_BOUND_16 (docs/certificate.md §11).
 FORM_I_QUERY_BITS = 22
 FORM_I_DIGITS = 3
 FORM_I_MAX_GROUP_SHIFT = 60
 FORM_I_RESIDUAL_BOUND = 512 * CODE_MAX + 255
 FORM_I_DROPPED_BOUND = 2 * 255
+FORM_I_RESIDUAL_BOUND_16 = 512 * CODE_MAX + 65535 / 256
+FORM_I_DROPPED_BOUND_16 = 255 / 128
+# the dither widths form (I) serves
+FORM_I_DITHER_BITS = (8, 16)
 FORM_I_ROUNDINGS = 13
 # With outlier pairs the kernel adds their fp32 logit to the integer part's: one more rounding on
 # every path of the integer part (docs/certificate.md §11).

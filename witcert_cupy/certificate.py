@@ -137,11 +137,14 @@ def kernel_scalars(dot_height: int, sm_scale: float, dither_bits: int | None):
     return beta_steps(dither_bits), gamma_per_beta(dot_height, dither_bits), gamma_exact(dot_height, sm_scale)
 
 
-def form_i_scalars(head_dim: int, sm_scale: float):
-    """:func:`kernel_scalars` of a form-(I) launch (SPEC §6, 8-bit dither): β, no evaluation term
-    per unit of β (the quantized channels' is :func:`form_i_gamma`, formed from the integer sums),
-    and an exact-tier token's fp32 dot product in :data:`FORM_I_EXACT_ORDER`."""
-    return beta_steps(8), np.float32(0), gamma_exact(sum_height(head_dim, *FORM_I_EXACT_ORDER), sm_scale)
+def form_i_scalars(head_dim: int, sm_scale: float, dither_bits: int = 8):
+    """:func:`kernel_scalars` of a form-(I) launch (SPEC §6, 8- or 16-bit dither): β of the dither,
+    no evaluation term per unit of β (the quantized channels' is :func:`form_i_gamma`, formed from
+    the integer sums), and an exact-tier token's fp32 dot product in :data:`FORM_I_EXACT_ORDER`."""
+    if dither_bits not in C.FORM_I_DITHER_BITS:
+        raise ValueError(f"dither_bits: form (I) serves {C.FORM_I_DITHER_BITS}, got {dither_bits!r}")
+    return (beta_steps(dither_bits), np.float32(0),
+            gamma_exact(sum_height(head_dim, *FORM_I_EXACT_ORDER), sm_scale))
 
 
 def tc_gamma_steps(group_size: int, num_groups: int) -> np.float32:

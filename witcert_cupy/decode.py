@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _contract as C
 from . import certificate as cert_mod
 from .budget import budget_key, charge_host, check_requests
 from .arrays import backend_of, check_float, check_int, check_range, to_cupy, to_numpy
@@ -224,9 +225,10 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
                 u16(pool.outliers[layer, 1]), pool.bypass_ch[layer])
         quant = (k0, k1, cfg.dither_bits, cfg.group_size)
         if form_i:
-            if cfg.dither_bits != 8:
-                raise ValueError("the form-(I) logit serves INT8 pools at 8-bit dither")
-            scalars = cert_mod.form_i_scalars(d, sm_scale)
+            if cfg.dither_bits not in C.FORM_I_DITHER_BITS:
+                raise ValueError(f"the form-(I) logit serves INT8 pools at 8- or 16-bit dither, not "
+                                 f"{cfg.dither_bits}-bit")
+            scalars = cert_mod.form_i_scalars(d, sm_scale, cfg.dither_bits)
         else:
             scalars = cert_mod.kernel_scalars(height, sm_scale, cfg.dither_bits)
     else:  # stored fp16 values: no scales, outliers or dither

@@ -40,8 +40,7 @@ PROBES = [
     ("    griddep_wait();  // before the first global access (griddep.cuh)", "    WC_TL(0, wc_gt()); WC_TL(1, wc_clk());"),
     ("    __syncthreads();  // the set-up's space is the dither tiles from here on", "    WC_TL(2, wc_clk());"),
     ("        pg = page_of(t0 + 2 * I8_TILE);", "        if (it == 0) WC_TL(3, wc_clk());"),
-    ("                *reinterpret_cast<uint4*>(&sh.dith[w][sd][i8_off(lane, c)]) = make_uint4(~x.x, ~x.y, ~x.z, ~x.w);\n"
-     "            }", "        if (it == 0) WC_TL(4, wc_clk());"),
+    ("            fields16(0, slot);\n            fields16(1, slot);\n        }", "        if (it == 0) WC_TL(4, wc_clk());"),
     ("        cp_async_wait_group<1>();\n        __syncwarp();", "        if (it == 0) WC_TL(5, wc_clk());"),
     ("            *reinterpret_cast<float2*>(&sh.xp[buf][w][g][8 * n + 2 * t]) = make_float2(inner[0], inner[1]);\n"
      "        }", "        if (it == 0) WC_TL(6, wc_clk());"),
@@ -89,7 +88,7 @@ def instrument(src: str) -> str:
             raise ValueError(f"{SOURCE}: anchor {anchor.splitlines()[0].strip()!r} occurs {n} times, not once")
         return text.index(anchor)
 
-    kernel = "template <int D, int G, int TIER, bool PAGES, bool EXACT, bool OUTL>\n__global__"
+    kernel = "template <int D, int G, int TIER, bool PAGES, bool EXACT, bool OUTL, int BITS>\n__global__"
     i = once(src, kernel)
     src = src[:i] + _HELPERS + src[i:]
     for anchor, probe in PROBES:

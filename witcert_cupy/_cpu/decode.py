@@ -155,7 +155,7 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, norm_k, codes_v, scales_v
                   page_lse, page_lam):
     """Stage 1 over work units ``(b, kv_head, split)``; the logits' dot products in the order
     ``(dot_chunk, dot_pairwise)`` (:func:`blocked_dot`), or with ``form_i`` as exact integer products
-    (SPEC §6 form (I), :mod:`.form_i`: the twin of ``decode_stage1_i8``; an INT8 pool at 8-bit
+    (SPEC §6 form (I), :mod:`.form_i`: the twin of ``decode_stage1_i8``; an INT8 pool at 8- or 16-bit
     dither, ``gamma_eval = certificate.form_i_gamma(outliers)``; outlier channels take zero digits
     and their fp32 dot product is added to the logit in log2 units,
     ``gamma_per_beta = 0``; its evaluation term joins β's coefficient per group; exact-tier tokens
@@ -250,7 +250,7 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, norm_k, codes_v, scales_v
         if form_i:
             for g in range(G):
                 ok, fm, p1, p2 = form_i_query_split(qg[g], byp, group_size, sm_m, e_sm, gamma_eval, fdig[g], fsh,
-                                                    fw1[g], fw2[g], fcc[g], fgq[g])
+                                                    fw1[g], fw2[g], fcc[g], fgq[g], bits)
                 fsc[g, 0] = fm
                 fsc[g, 1] = p1
                 fsc[g, 2] = p2
@@ -294,10 +294,11 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, norm_k, codes_v, scales_v
                         vh[c] = f16_bits_to_f32(codes_v[h, slot, c])
                 else:
                     dither_row(xi, slot, 0, layer, h + head_base, 0, k0, k1, bits)
-                    if form_i:  # the dither fields j' = 255 − j (ξ = (255 − 2j')/512, exactly): the
-                        # logit reads the stored bytes, not x̂
+                    if form_i:  # the dither fields j' = 255 − j (ξ = (255 − 2j')/512, exactly; 16 bits:
+                        # j' = 65535 − j, ξ = (65535 − 2j')/2^17): the logit reads the stored bytes, not x̂
+                        jmax = np.float32(255.0) if bits == 8 else np.float32(65535.0)
                         for c in range(d):
-                            jp[c] = np.int64((np.float32(255.0) - np.float32(512.0) * xi[c]) * np.float32(0.5))
+                            jp[c] = np.int64((jmax - (jmax + np.float32(1.0)) * np.float32(2.0) * xi[c]) * np.float32(0.5))
                         for gr in range(ng):
                             ksc[gr] = f16_bits_to_f32(scales_k[h, slot, gr])
                     else:
@@ -321,7 +322,7 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, norm_k, codes_v, scales_v
                     if form_i and te < 0:  # exact integer products, the logit in log2 units, then natural
                         # (an exact-tier token: its fp32 dot product below, in the kernel's order for those)
                         lt2 = form_i_logit2(fdig[g], codes_k[h, slot], jp, ksc, group_size, fw1[g], fw2[g], fcc[g],
-                                            fsc[g, 0], fsc[g, 1], fsc[g, 2])
+                                            fsc[g, 0], fsc[g, 1], fsc[g, 2], bits)
                         if bypass_ch.shape[1]:  # outlier pairs: their fp32 dot product added, γ_t's exact part
                             lt2 = form_i_outlier_logit2(lt2, qg[g], bypass_ch[h], outl_k[h, slot], sl2)
                             if tier != TIER_NONE:

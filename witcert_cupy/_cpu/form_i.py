@@ -6,7 +6,8 @@ Per query head and scale group the query is scaled by a power of two ``2^S`` (it
 to integers ``Q`` (residual ``r``) and split into balanced base-256 digits ``Q = 2^16 a0 + 2^8 a1 + a2``.
 Per token and group the exact sums ``R0 = Σ a0·k``, ``R1 = Σ a1·k + Σ a0·j'`` and
 ``R2 = Σ a2·k + Σ a1·j'`` (code ``k``, dither field ``j' = 255 − j``) combine in fp32 into the logit in
-log2 units.  Values the GPU flushes to zero (``-ftz=true``) are flushed here too, so that the digits
+log2 units.  At 16-bit dither ``j' = 65535 − j = 256·jh' + jl'`` and the sums are ``R0 = Σ a0·k``,
+``R1 = Σ a1·k + Σ a0·jh'``, ``R2 = Σ a2·k + Σ a1·jh' + Σ a0·jl'`` and ``R3 = Σ a2·jh' + Σ a1·jl'``.  Values the GPU flushes to zero (``-ftz=true``) are flushed here too, so that the digits
 are the same.
 """
 
@@ -27,6 +28,8 @@ _QBITS = C.FORM_I_QUERY_BITS
 _MAXSHIFT = C.FORM_I_MAX_GROUP_SHIFT
 _RES = float(C.FORM_I_RESIDUAL_BOUND)
 _DROP = float(C.FORM_I_DROPPED_BOUND)
+_RES16 = float(C.FORM_I_RESIDUAL_BOUND_16)
+_DROP16 = float(C.FORM_I_DROPPED_BOUND_16)
 _ENONE = -100000  # a group whose entries are all zero
 
 
@@ -43,16 +46,17 @@ def fma32(a, b, c):
 
 
 @njit(cache=True)
-def query_split(qv, byp, group_size, sm_m, e_sm, gamma_eval, digits, shift, w1, w2, cc, gq):
+def query_split(qv, byp, group_size, sm_m, e_sm, gamma_eval, digits, shift, w1, w2, cc, gq, bits=8):
     """One query head's form-(I) split (twin of ``decode_stage1_i8``'s set-up).
 
     qv : float32 ``[d]``; ``byp``: bool ``[d]``, the outlier channels (exactly stored: their digits
     are 0 and they set no group's exponent; the kernel adds their fp32 dot product, ``outlier_logit2``);
     ``sm = sm_m·2^e_sm`` with ``sm_m ∈ [1/2, 1)``; ``gamma_eval``: float32
     ``γ_n`` of the fp32 combination (``certificate.form_i_gamma``).  Fills ``digits`` (int64
-    ``[3, d]``: a0, a1, a2), and per group ``w1, w2`` (``2^(17−δ)``, ``2^(9−δ)``), ``cc``
-    (``−255·ΣQ·2^−δ`` rounded to fp32) and ``gq`` (the evaluation term per unit of the token's scale,
-    natural-log units, rounded up: docs/certificate.md §11).  Returns ``(finite, Fm, P1, P2)``: the
+    ``[3, d]``: a0, a1, a2), and per group ``w1, w2`` (``2^(17−δ)``, ``2^(9−δ)``; 16-bit dither
+    ``2^(1−δ)``), ``cc`` (``−255·ΣQ·2^−δ``, 16 bits ``−(65535/256)·ΣQ·2^−δ``, rounded to fp32) and ``gq``
+    (the evaluation term per unit of the token's scale, natural-log units, rounded up:
+    docs/certificate.md §11).  ``bits``: the dither's width, 8 or 16.  Returns ``(finite, Fm, P1, P2)``: the
     logit in log2 units is ``((Σ_g s_g Z_g)·Fm)·P1·P2``.  A query that is not finite returns
     ``finite = False`` and zero digits.
     """
@@ -106,12 +110,20 @@ def query_split(qv, byp, group_size, sm_m, e_sm, gamma_eval, digits, shift, w1, 
             sa2 += abs(a2)
         sr += nfl * _MIN_NORMAL
         w1[gr] = np.float32(math.ldexp(1.0, 17 - delta))
-        w2[gr] = np.float32(math.ldexp(1.0, 9 - delta))
-        cc[gr] = np.float32(math.ldexp(-255.0 * np.float64(sum_q), -delta))
-        terms = 131072.0 * (32767.0 * sa0 + 127.0 * sa1) + 512.0 * (127.0 * sa2 + 255.0 * sa1) \
-            + 255.0 * abs(np.float64(sum_q))
+        if bits == 8:
+            w2[gr] = np.float32(math.ldexp(1.0, 9 - delta))
+            cc[gr] = np.float32(math.ldexp(-255.0 * np.float64(sum_q), -delta))
+            terms = 131072.0 * (32767.0 * sa0 + 127.0 * sa1) + 512.0 * (127.0 * sa2 + 255.0 * sa1) \
+                + 255.0 * abs(np.float64(sum_q))
+            res, drop = _RES, _DROP
+        else:  # (|256·R2 + R3| ≤ Σ 32767|a2| + 65535|a1| + 65280|a0|, weighted 2 against R2's 2^9)
+            w2[gr] = np.float32(math.ldexp(1.0, 1 - delta))
+            cc[gr] = np.float32(math.ldexp(-(65535.0 / 256.0) * np.float64(sum_q), -delta))
+            terms = 131072.0 * (32767.0 * sa0 + 127.0 * sa1) + 2.0 * (32767.0 * sa2 + 65535.0 * sa1 + 65280.0 * sa0) \
+                + (65535.0 / 256.0) * abs(np.float64(sum_q))
+            res, drop = _RES16, _DROP16
         # (float64 sums of at most a few hundred non-negative terms: one part in 2^44 covers them)
-        x = (_RES * sr + _DROP * sa2 + np.float64(gamma_eval) * terms) * (1.0 + 2.0 ** -44)
+        x = (res * sr + drop * sa2 + np.float64(gamma_eval) * terms) * (1.0 + 2.0 ** -44)
         gq[gr] = coef_up(f32_up(np.float64(sm_m) * x * (1.0 + 2.0 ** -50)), e_sm - 9 - S, _FLOOR1)
     fm = np.float32(np.float64(sm_m) * np.float64(_LOG2E))
     E = e_sm + eh - 31
@@ -123,22 +135,32 @@ def query_split(qv, byp, group_size, sm_m, e_sm, gamma_eval, digits, shift, w1, 
 
 
 @njit(cache=True)
-def group_sums(digits, codes_row, jp_row, c0, c1):
-    """``(R0, R1, R2)`` of channels ``[c0, c1)`` of one token: exact integers."""
-    r0 = r1 = r2 = 0
+def group_sums(digits, codes_row, jp_row, c0, c1, bits=8):
+    """``(R0, R1, R2, R3)`` of channels ``[c0, c1)`` of one token: exact integers (``R3 = 0`` at 8-bit
+    dither; at 16 bits ``jp_row`` holds ``j' = 256·jh' + jl'``)."""
+    r0 = r1 = r2 = r3 = 0
     for c in range(c0, c1):
         k = np.int64(codes_row[c])
         jp = np.int64(jp_row[c])
-        r0 += digits[0, c] * k
-        r1 += digits[1, c] * k + digits[0, c] * jp
-        r2 += digits[2, c] * k + digits[1, c] * jp
-    return r0, r1, r2
+        if bits == 8:
+            r0 += digits[0, c] * k
+            r1 += digits[1, c] * k + digits[0, c] * jp
+            r2 += digits[2, c] * k + digits[1, c] * jp
+        else:
+            jh = jp >> 8
+            jl = jp & 255
+            r0 += digits[0, c] * k
+            r1 += digits[1, c] * k + digits[0, c] * jh
+            r2 += digits[2, c] * k + digits[1, c] * jh + digits[0, c] * jl
+            r3 += digits[2, c] * jh + digits[1, c] * jl
+    return r0, r1, r2, r3
 
 
 @njit(cache=True)
-def logit2(digits, codes_row, jp_row, scales_row, group_size, w1, w2, cc, fm, p1, p2):
+def logit2(digits, codes_row, jp_row, scales_row, group_size, w1, w2, cc, fm, p1, p2, bits=8):
     """One token's logit in log2 units (twin of the kernel's K phase): per group
-    ``Z = fma(fl(256·R0 + R1), W1, fma(R2, W2, C))``; each warp's 64 channels (two groups)
+    ``Z = fma(fl(256·R0 + R1), W1, fma(R2, W2, C))`` (16-bit dither: ``fl(256·R2 + R3)`` in place of
+    ``R2``); each warp's 64 channels (two groups)
     accumulated in order by fma, the warps' parts added pairwise (``p0 + p1``,
     ``(p0 + p1) + (p2 + p3)``); then ``(Σ_w p_w·Fm)·P1·P2``.  ``scales_row``: float32 ``[ng]``."""
     ng = scales_row.shape[0]
@@ -149,9 +171,10 @@ def logit2(digits, codes_row, jp_row, scales_row, group_size, w1, w2, cc, fm, p1
         w0 = wi * gpw
         inner = np.float32(0.0)
         for gr in range(w0, min(w0 + gpw, ng)):
-            r0, r1, r2 = group_sums(digits, codes_row, jp_row, gr * group_size, (gr + 1) * group_size)
+            r0, r1, r2, r3 = group_sums(digits, codes_row, jp_row, gr * group_size, (gr + 1) * group_size, bits)
             fy = np.float32(256 * r0 + r1)
-            z = fma32(fy, w1[gr], fma32(np.float32(r2), w2[gr], cc[gr]))
+            f2 = np.float32(r2) if bits == 8 else np.float32(256 * r2 + r3)
+            z = fma32(fy, w1[gr], fma32(f2, w2[gr], cc[gr]))
             inner = np.float32(scales_row[gr] * z) if gr == w0 else fma32(scales_row[gr], z, inner)
         parts[wi] = inner
     span = 1

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from .. import _contract as C
 from .. import certificate as cert_mod
 from ..types import DecodeResult
 from . import geometry as geo
@@ -55,7 +56,7 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     Returns
     -------
     (str, bool)
-        ``'i8'`` (``decode_stage1_i8``: SPEC §6 form (I), INT8 pools at 8-bit dither with 32-channel
+        ``'i8'`` (``decode_stage1_i8``: SPEC §6 form (I), INT8 pools at 8- or 16-bit dither with 32-channel
         groups, d 64, 128 or 256, up to ``geometry.I8_OUTL_MAX`` outlier channels without an exact
         tier or page contributions, any tier (Tier A over 8–64 bands, a multiple
         of 8), an exact tier on 16-token pages; with Tier B alone page contributions on 16-token
@@ -83,7 +84,7 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     plain = (not fp16_store and outlier_channels == 0 and group_size == V2_PLAIN_GROUP_SIZE and not tier & 1
              and not exact_tier and not page_outputs)
     f16_ok = fp16_store and layout_ok and not exact_tier and not page_outputs and num_bands <= 64
-    # the form-(I) kernel (decode_i8.cuh): 8-bit dither, 32-channel groups, up to I8_OUTL_MAX outlier
+    # the form-(I) kernel (decode_i8.cuh): 8- or 16-bit dither, 32-channel groups, up to I8_OUTL_MAX outlier
     # channels (pairs) without the exact tier or page contributions; a
     # Tier-A term over 8–64 witness bands (multiples of 8); the exact tier on 16-token pages; with
     # Tier B alone page contributions of a certified step on 16-token pages up to d = 128 (over the
@@ -92,11 +93,11 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
                 and head_dim <= geo.I8_PAGES_MAX_D)
     i8_outl = outlier_channels == 0 or (outlier_channels <= geo.I8_OUTL_MAX and outlier_channels % 2 == 0
                                          and not exact_tier and not page_outputs)
-    i8_ok = (not fp16_store and bits == 8 and i8_outl and group_size == V2_PLAIN_GROUP_SIZE
+    i8_ok = (not fp16_store and bits in C.FORM_I_DITHER_BITS and i8_outl and group_size == V2_PLAIN_GROUP_SIZE
              and unroll == 0 and head_dim in geo.I8_HEAD_DIMS and (not tier & 1 or num_bands in geo.I8_TIER_A_BANDS)
              and (not page_outputs or i8_pages) and (not exact_tier or page_size == geo.I8_PAGE_SIZE))
     if requested == "i8" and not i8_ok:
-        raise ValueError("decode_stage1_i8 serves INT8 pools at 8-bit dither with 32-channel groups and d 64, 128 or "
+        raise ValueError("decode_stage1_i8 serves INT8 pools at 8- or 16-bit dither with 32-channel groups and d 64, 128 or "
                          f"256, up to {geo.I8_OUTL_MAX // 2} outlier pairs without an exact tier or page "
                          "contributions, a Tier-A term over 8 to 64 witness bands (a multiple of 8), "
                          "an exact tier on 16-token pages, and page contributions of Tier-B steps on 16-token "
@@ -115,7 +116,8 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     # tile's general layout or the general kernel, both slower in every measured shape,
     # docs/performance.md)
     if i8_ok and (not (v2_ok and not page_outputs)
-                  or geo.i8_serves(G, pairs, tokens, exact_tier, bool(tier & 1), outliers=outlier_channels > 0)):
+                  or geo.i8_serves(G, pairs, tokens, exact_tier, bool(tier & 1), outliers=outlier_channels > 0,
+                                bits=bits)):
         return "i8", plain
     if v2_ok:
         return "v2", plain
@@ -175,9 +177,9 @@ class DecodePlan:
             # file per head dim
             exact, tc, np2 = p.tier_map_dev is not None, cert_mod.tier_code(cert), bypass.shape[-1]
             self.stage1_template = (f"decode_stage1_i8<{d}, {G}, {tc}, {_cpp_bool(P > 0)}, {_cpp_bool(exact)}, "
-                                    f"{_cpp_bool(np2 > 0)}>")
+                                    f"{_cpp_bool(np2 > 0)}, {bits}>")
             self.stage1 = kernel(f"decode_i8_d{d}.cu", None, self.stage1_template)
-            self.smem1 = geo.i8_smem_bytes(d, exact, dev.num_bands if tc & 1 else 0, np2)
+            self.smem1 = geo.i8_smem_bytes(d, exact, dev.num_bands if tc & 1 else 0, np2, bits)
         elif stage1 == "v2":  # the second template argument: dither bits
             # the third: the default layout as constants (no outlier channels, 32-channel groups, no
             # Tier-A term; decode_v2.cu), the same results in less code
@@ -217,7 +219,7 @@ class DecodePlan:
         # summation order of the instantiation chosen above)
         self.dot_order = geo.stage1_dot_order(stage1, d, G, split=split, plain=stage1 == "v2" and plain)
         if stage1 == "i8":  # exact integer products: β, and the form-(I) term formed in the kernel
-            beta, gpb, gex = cert_mod.form_i_scalars(d, sm_scale)
+            beta, gpb, gex = cert_mod.form_i_scalars(d, sm_scale, bits)
         else:
             beta, gpb, gex = cert_mod.kernel_scalars(cert_mod.sum_height(d, *self.dot_order), sm_scale,
                                                      None if dev.fp16_store else bits)

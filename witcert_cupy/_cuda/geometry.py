@@ -134,6 +134,7 @@ I8_EXACT_MIN_G = 4  # with an exact tier (any tier of certificate): from here at
 # stages each witness row once per CTA and sums four bands a load (H100, bench/lab/ab_trees.py with
 # the kernel forced): B = 8, 32k: 32/8 622 / 647, 28/4 327 / 413; B = 2, 32/8, 32k 172 / 181; B = 1,
 # 32/8, 4k 28.2 / 32.6.
+I8_WIDE_DITHER_MIN_G = 1  # with 16-bit dither: from here at any batch and context (provisional)
 I8_OUTLIERS_MIN_G = 4  # with outlier pairs: from here at any batch and context, below it by the general rule
 # With 2 outlier pairs (Tier B) form (I) reads the pairs' fp16 values beside the codes, where the
 # staged tile falls back to its general layout (H100, bench/lab/ab_trees.py with the kernel forced,
@@ -153,7 +154,7 @@ def i8_threads(head_dim):
     return 32 * (head_dim // I8_WARP_CH)
 
 
-def i8_smem_bytes(head_dim, exact=False, num_bands=0, outlier_channels=0):
+def i8_smem_bytes(head_dim, exact=False, num_bands=0, outlier_channels=0, bits=8):
     """decode_stage1_i8's dynamic shared memory in bytes at ``head_dim``: ``sizeof(I8Smem<D>)`` of
     cuda/decode_i8_geometry.cuh, with the exact tier (``exact``) ``I8_EXACT_SMEM(D)`` beyond it, and
     with a Tier-A term over ``num_bands`` witness bands ``I8_TIER_A_SMEM(D, NB)`` (the kernel traps
@@ -165,20 +166,23 @@ def i8_smem_bytes(head_dim, exact=False, num_bands=0, outlier_channels=0):
     Tier A, the tile's staged witness rows per buffer (each by the warp certifying its token), and
     per head the band coefficients and the evaluation term's per-group coefficients; with
     ``outlier_channels`` (outlier pairs) their channels, each head's query on them and per warp,
-    buffer and token the K and V rows' stored values (``I8_OUTL_SMEM(D, NP2)``)."""
+    buffer and token the K and V rows' stored values (``I8_OUTL_SMEM(D, NP2)``).  At ``bits = 16`` two
+    tiles of dither fields per side (``sizeof(I8Smem<D, 16>)``)."""
     nw, ng = head_dim // I8_WARP_CH, head_dim // 32
-    per_warp = 2 * 2 * 32 * 64 + 2 * 32 * 64 + 2 * 32 * ng * 2 + 2 * 32 * 2 * 2 + 2 * 8 * 32 * 4
+    per_warp = 2 * 2 * 32 * 64 + bits // 4 * 32 * 64 + 2 * 32 * ng * 2 + 2 * 32 * 2 * 2 + 2 * 8 * 32 * 4
     base = nw * per_warp + 8 * ng * (16 + 4 * 16 + 4 * 8) + max(nw - 1, 1) * 32 * 4 * 4
     tier_a = 2 * 32 * num_bands * 2 + 8 * num_bands * 4 + 8 * ng * 4 if num_bands else 0
     outl = 4 * I8_OUTL_MAX + 32 * outlier_channels + nw * 2 * 32 * 2 * outlier_channels * 2 if outlier_channels else 0
     return base + (nw * 8 * 32 * 4 if exact else 0) + tier_a + outl
 
 
-def i8_serves(G, pairs, tokens, exact_tier=False, tier_a=False, outliers=False):
+def i8_serves(G, pairs, tokens, exact_tier=False, tier_a=False, outliers=False, bits=8):
     """Whether the form-(I) kernel is the library's choice for a step it can serve: ``G`` query
     heads per kv head, ``pairs`` (request, kv head) pairs, ``tokens`` the mean request's tokens,
     ``exact_tier`` a pool with an exact tier, ``tier_a`` a certificate with a Tier-A term,
-    ``outliers`` a pool with outlier pairs."""
+    ``outliers`` a pool with outlier pairs, ``bits`` the dither's width."""
+    if bits != 8:
+        return G >= I8_WIDE_DITHER_MIN_G
     if outliers and G >= I8_OUTLIERS_MIN_G:  # the staged tile's general layout: slower
         return True
     if exact_tier and G >= I8_EXACT_MIN_G:  # the staged tile's general layout: slower
