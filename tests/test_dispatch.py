@@ -17,10 +17,13 @@ TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
     ({"pairs": 15}, ("v2", True)), ({"pairs": 16}, ("i8", True)),  # small steps: the staged tile
     ({"G": 2}, ("v2", True)), ({"G": 3}, ("i8", True)),             # few heads per kv head: the staged tile
     ({"G": 4, "tokens": 4096}, ("v2", True)), ({"G": 7, "tokens": 4096}, ("i8", True)),  # short contexts
-    ({"bits": 16}, ("i8", True)), ({"bits": 24}, ("v2", True)),   # 16-bit dither: form (I), 24: staged tile
-    ({"bits": 16, "G": 1, "pairs": 2, "tokens": 512}, ("i8", True)),  # ... at any size,
-    ({"bits": 16, "tier": TIER_A, "num_bands": 16, "exact_tier": True}, ("i8", False)),  # with every feature
-    ({"bits": 16, "outlier_channels": 4, "G": 2}, ("i8", False)), ({"bits": 16, "page_outputs": True}, ("i8", False)),
+    ({"bits": 16}, ("i8", True)), ({"bits": 24}, ("v2", True)),   # 16-bit dither: form (I) from G = 7,
+    ({"bits": 16, "G": 4}, ("v2", True)), ({"bits": 16, "G": 7, "pairs": 8}, ("v2", True)),  # else the staged tile
+    ({"bits": 16, "G": 7, "tokens": 4096}, ("i8", True)),          # (at any context),
+    ({"bits": 16, "tier": TIER_A | 2, "num_bands": 16, "G": 4}, ("i8", False)),  # and as at 8 bits with Tier A,
+    ({"bits": 16, "tier": TIER_A, "num_bands": 16, "exact_tier": True}, ("i8", False)),  # the exact tier,
+    ({"bits": 16, "outlier_channels": 4, "G": 4}, ("i8", False)), ({"bits": 16, "outlier_channels": 4, "G": 2}, ("v2", False)),
+    ({"bits": 16, "page_outputs": True}, ("i8", False)),           # outlier pairs and page contributions
     ({"tier": TIER_A, "num_bands": 16}, ("i8", False)),           # Tier A/AB: form (I) over 8–64 bands,
     ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8, "G": 4, "tokens": 4096}, ("i8", False)),  # at d = 128
     ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8, "G": 3, "tokens": 4096}, ("v2", False)),  # from G = 4,

@@ -1042,8 +1042,8 @@ def test_staged_tile_kernel_agrees_with_the_general_one(G, page, bits):
     at each dither resolution (8 bits: one Philox call per 16 channels; 16: two; 24: four).  Certified,
     both carry their evaluation term (SPEC §4.1: the quantized channels' from β's sum, the outlier
     channels' from their exact values) for their own summation orders, the library's choice is the
-    staged tile at 24 bits and below 4 heads per kv head at 8 (form (I) at 8 bits from G = 4 and
-    at 16 bits: test_i8_kernel_matches_its_cpu_twin), and each
+    staged tile at 24 bits and below 4 heads per kv head (form (I) with outlier pairs at 8 and 16 bits
+    from G = 4: test_i8_kernel_matches_its_cpu_twin), and each
     kernel's certificate is the CPU backend's at that kernel's height and sound."""
     H, d = 2, 128
     cfg = wc.QuantConfig(d, witness_bands=16, seed=G, dither_bits=bits,
@@ -1055,7 +1055,7 @@ def test_staged_tile_kernel_agrees_with_the_general_one(G, page, bits):
     q = cp.asarray((rng.standard_normal((len(lengths), H * G, d)) * 2).astype(np.float32))
     ip, ix, ll = on_device(pg, tg)
     cert = wc.CertConfig(tier="AB", num_layers=2, steps=4)
-    want = "i8" if (bits == 8 and G >= 4) or bits == 16 else "v2"
+    want = "i8" if bits in (8, 16) and G >= 4 else "v2"
     assert pg._dev.plan(q, 0, ip, ix, ll, 1 / math.sqrt(d), cert, 3).kernel_name == want
     own = _decode(pc, tc, q.get(), cert=cert, num_splits=3)  # the CPU backend as it ships
     for ns in (1, 7):
@@ -1198,8 +1198,7 @@ def test_plain_instantiation_gives_the_general_one_s_bits(G, bits, page, monkeyp
     assert len(idx) * H == _cuda.V2_SPLIT_MIN_PAIRS
     for cert in (wc.CertConfig(tier="B", num_layers=2, steps=4), None):
         for ns in (None, 1, 7):
-            # (at 16 bits the library's choice is the form-(I) kernel: the staged tile by name)
-            plan = pg._dev.plan(q, 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns, stage1="v2" if bits == 16 else "auto")
+            plan = pg._dev.plan(q, 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns)
             assert plan.stage1_template == f"decode_stage1_v2<{G}, {bits}, true, false>"
             plan.launch()
             sides = [a.get() for a in _written(plan)]
@@ -1220,7 +1219,7 @@ def test_plain_instantiation_gives_the_general_one_s_bits(G, bits, page, monkeyp
                     np.testing.assert_allclose(x[fin], y[fin], rtol=2e-5, atol=2e-5 * np.abs(y[fin]).max())
             assert np.all(np.isfinite(sides[0])) and np.all(np.isfinite(split[0]))
             if ns is not None:
-                # (at 8 bits the library's choice there is the form-(I) kernel: the staged tile by name)
+                # (at 8 and 16 bits the library's choice there is the form-(I) kernel: the staged tile by name)
                 plan8 = pg._dev.plan(q[cp.asarray(idx)], 0, *big, 1 / math.sqrt(d), cert, ns,
                                      stage1="v2" if bits in (8, 16) else "auto")
                 assert plan8.stage1_template == f"decode_stage1_v2<{G}, {bits}, true>"
@@ -1325,8 +1324,7 @@ def test_split_serves_small_batches_of_one_tile_splits_from_g_5(G, bits):
                                    backend="cuda")
         q = (np.random.default_rng(G).standard_normal((1, H * G, d)) * 2).astype(np.float32)
         ip, ix, ll = on_device(pg, tg)
-        # (at 16 bits the library's choice is the form-(I) kernel: the staged tile by name)
-        plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns, stage1="v2" if bits == 16 else "auto")
+        plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns)
         assert (length <= _cuda.V2_TILE * plan.ns) == one_tile, (length, plan.ns)
         split = one_tile and G >= _cuda.V2_SPLIT_MIN_G
         assert plan.stage1_template == f"decode_stage1_v2<{G}, {bits}, true{'' if split else ', false'}>"

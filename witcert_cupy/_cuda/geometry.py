@@ -134,7 +134,13 @@ I8_EXACT_MIN_G = 4  # with an exact tier (any tier of certificate): from here at
 # stages each witness row once per CTA and sums four bands a load (H100, bench/lab/ab_trees.py with
 # the kernel forced): B = 8, 32k: 32/8 622 / 647, 28/4 327 / 413; B = 2, 32/8, 32k 172 / 181; B = 1,
 # 32/8, 4k 28.2 / 32.6.
-I8_WIDE_DITHER_MIN_G = 1  # with 16-bit dither: from here at any batch and context (provisional)
+# At 16-bit dither the same rules with an exact tier, a Tier-A term or outlier pairs; for Tier B (or
+# no certificate) from I8_WIDE_G (and I8_MIN_PAIRS) only: there form (I) pays twice the Philox calls
+# and runs 8 warps per SM, and the staged tile's PLAIN layout was faster below G = 7 at every
+# context (H100, both kernels forced in one process, certified µs i8 / v2): B = 8, 32k: Tier B G = 1
+# 555 / 466, G = 2 556 / 506, G = 3 555 / 553, G = 4 555 / 528, 28/4 (G = 7) 294 / 340; Tier AB 16
+# bands 32/8 644 / 746, 28/4 366 / 457; B = 2, 32/8, 32k 149 / 140; B = 1, 32/8: 4k 19.8 / 18.5 (AB
+# 24.2 / 26.0), 32k 81.4 / 81.6; B = 4, 28/4, 4k 30.1 / 37.3; B = 2, 16/8, 4k 28.4 / 32.2.
 I8_OUTLIERS_MIN_G = 4  # with outlier pairs: from here at any batch and context, below it by the general rule
 # With 2 outlier pairs (Tier B) form (I) reads the pairs' fp16 values beside the codes, where the
 # staged tile falls back to its general layout (H100, bench/lab/ab_trees.py with the kernel forced,
@@ -181,14 +187,14 @@ def i8_serves(G, pairs, tokens, exact_tier=False, tier_a=False, outliers=False, 
     heads per kv head, ``pairs`` (request, kv head) pairs, ``tokens`` the mean request's tokens,
     ``exact_tier`` a pool with an exact tier, ``tier_a`` a certificate with a Tier-A term,
     ``outliers`` a pool with outlier pairs, ``bits`` the dither's width."""
-    if bits != 8:
-        return G >= I8_WIDE_DITHER_MIN_G
     if outliers and G >= I8_OUTLIERS_MIN_G:  # the staged tile's general layout: slower
         return True
     if exact_tier and G >= I8_EXACT_MIN_G:  # the staged tile's general layout: slower
         return True
     if tier_a and not exact_tier and G >= I8_MIN_G and (G >= I8_TIER_A_MIN_G or tokens >= I8_LONG_TOKENS):
         return True
+    if bits != 8:  # (Tier B or no certificate at 16-bit dither: the staged tile below I8_WIDE_G at any context)
+        return pairs >= I8_MIN_PAIRS and G >= I8_WIDE_G
     long_enough = tokens >= I8_LONG_TOKENS and not (exact_tier and tier_a)
     return pairs >= I8_MIN_PAIRS and G >= I8_MIN_G and (G >= I8_WIDE_G or long_enough)
 
