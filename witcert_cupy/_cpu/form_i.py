@@ -7,8 +7,8 @@ to integers ``Q`` (residual ``r``) and split into balanced base-256 digits ``Q =
 Per token and group the exact sums ``R0 = Σ a0·k``, ``R1 = Σ a1·k + Σ a0·j'`` and
 ``R2 = Σ a2·k + Σ a1·j'`` (code ``k``, dither field ``j' = 255 − j``) combine in fp32 into the logit in
 log2 units.  At 16-bit dither ``j' = 65535 − j = 256·jh' + jl'`` and the sums are ``R0 = Σ a0·k``,
-``R1 = Σ a1·k + Σ a0·jh'``, ``R2 = Σ a2·k + Σ a1·jh' + Σ a0·jl'`` and ``R3 = Σ a2·jh' + Σ a1·jl'``.  Values the GPU flushes to zero (``-ftz=true``) are flushed here too, so that the digits
-are the same.
+``R1 = Σ a1·k + Σ a0·jh'``, ``R2 = Σ a2·k + Σ a1·jh' + Σ a0·jl'`` and ``R3 = Σ a2·jh' + Σ a1·jl'``.
+Values the GPU flushes to zero (``-ftz=true``) are flushed here too, so that the digits are the same.
 """
 
 import math

@@ -134,8 +134,10 @@ I8_EXACT_MIN_G = 4  # with an exact tier (any tier of certificate): from here at
 # stages each witness row once per CTA and sums four bands a load (H100, bench/lab/ab_trees.py with
 # the kernel forced): B = 8, 32k: 32/8 622 / 647, 28/4 327 / 413; B = 2, 32/8, 32k 172 / 181; B = 1,
 # 32/8, 4k 28.2 / 32.6.
-# At 16-bit dither the same rules with an exact tier, a Tier-A term or outlier pairs; for Tier B (or
-# no certificate) from I8_WIDE_G (and I8_MIN_PAIRS) only: there form (I) pays twice the Philox calls
+# At 16-bit dither the same rules with an exact tier, a Tier-A term or outlier pairs (measured with a
+# Tier-A term, below; the exact tier and outlier pairs take the 8-bit rules unmeasured at 16 bits,
+# where the staged tile runs its general layout); for Tier B (or no certificate) from I8_WIDE_G (and
+# I8_MIN_PAIRS) only: there form (I) pays twice the Philox calls
 # and runs 8 warps per SM, and the staged tile's PLAIN layout was faster below G = 7 at every
 # context (H100, both kernels forced in one process, certified µs i8 / v2): B = 8, 32k: Tier B G = 1
 # 555 / 466, G = 2 556 / 506, G = 3 555 / 553, G = 4 555 / 528, 28/4 (G = 7) 294 / 340; Tier AB 16
