@@ -1,6 +1,9 @@
-"""Builders shared by the tests: pools filled with known rows and CSR page tables."""
+"""Builders shared by the tests: pools filled with known rows and CSR page tables; the benchmark
+scripts loaded as modules."""
 
 import contextlib
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 
@@ -153,3 +156,13 @@ def stage1_results(pool, q, tables, sm_scale, cert, num_splits, kernels=("v1", "
         plan.launch()
         out[k] = plan.result()
     return out
+
+
+def load_script(relpath):
+    """The repository's script at ``relpath`` (e.g. ``bench/lab/ab_trees.py``) imported as a module
+    named after its file (the benchmarks are scripts, not a package)."""
+    path = Path(__file__).resolve().parents[1] / relpath
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

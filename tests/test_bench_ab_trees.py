@@ -1,15 +1,11 @@
 """bench/lab/ab_trees.py's command line: a case names a configuration, a shape, optionally a forced
 kernel and 'clear'; what is wrong is refused by name before anything is built (no GPU needed)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-_ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("ab_trees", _ROOT / "bench" / "lab" / "ab_trees.py")
-ab = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ab)
+from helpers import load_script
+
+ab = load_script("bench/lab/ab_trees.py")
 CONFIGS = {"tier_b_8": None, "gate_step": None}
 
 

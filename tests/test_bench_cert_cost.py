@@ -1,17 +1,16 @@
 """bench/cert_cost.py's command line: the configurations and shapes it is asked for are checked
 before anything runs, and a refusal names the flag (no GPU needed)."""
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import load_script
+
 _BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(_BENCH))
-_spec = importlib.util.spec_from_file_location("cert_cost", _BENCH / "cert_cost.py")
-cert_cost = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cert_cost)
+cert_cost = load_script("bench/cert_cost.py")
 
 
 @pytest.mark.parametrize("argv, flag", [

@@ -1,16 +1,13 @@
 """bench/gpu_clocks.py, the clock sampler beside every timed benchmark row: its summary of samples
 (CPU: pynvml's constants, no NVML library needed), and that it neither starts a thread nor invents numbers without NVML."""
 
-import importlib.util
 import time
-from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location(
-    "gpu_clocks", Path(__file__).resolve().parents[1] / "bench" / "gpu_clocks.py")
-gpu_clocks = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gpu_clocks)
+from helpers import load_script
+
+gpu_clocks = load_script("bench/gpu_clocks.py")
 
 
 def test_summary_of_samples():

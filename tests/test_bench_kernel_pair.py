@@ -1,15 +1,11 @@
 """bench/lab/kernel_pair.py's command line: what is wrong is refused by name before anything is
 built (no GPU needed)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-_ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("kernel_pair", _ROOT / "bench" / "lab" / "kernel_pair.py")
-kp = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(kp)
+from helpers import load_script
+
+kp = load_script("bench/lab/kernel_pair.py")
 CONFIGS = {"tier_b_16": None, "witness_ab_16": None}
 
 

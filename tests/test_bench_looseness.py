@@ -1,17 +1,16 @@
 """bench/looseness.py's ``--shapes`` entries: 'demo' or a shape read by the benchmarks' one parser
 (bench/shapes.py), a refusal naming the flag before anything runs (no GPU needed)."""
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import load_script
+
 _BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(_BENCH))
-_spec = importlib.util.spec_from_file_location("looseness", _BENCH / "looseness.py")
-looseness = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(looseness)
+looseness = load_script("bench/looseness.py")
 
 
 @pytest.mark.parametrize("spec", ["8/32/8", "2/30/8/4096", "0/32/8/4096", "a/32/8/4096", "2/32/8/4", "demo2"])

@@ -2,16 +2,15 @@
 (each configuration's ratio at each main shape, the first row where the other axes' section repeats
 one), its refusals, and that it draws the committed JSON without a GPU."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from helpers import load_script
+
 _BENCH = Path(__file__).resolve().parents[1] / "bench"
-_spec = importlib.util.spec_from_file_location("plot_configs", _BENCH / "plot_configs.py")
-plot_configs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(plot_configs)
+plot_configs = load_script("bench/plot_configs.py")
 
 
 def _row(config, B, hq, hkv, ratio, d=128, page=16, ctx=32768):

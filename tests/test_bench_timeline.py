@@ -2,16 +2,15 @@
 their anchors in cuda/decode_i8.cuh (each exactly once), every slot is written, and a changed kernel
 is refused by name rather than instrumented wrongly (no GPU needed)."""
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
+from helpers import load_script
+
+timeline = load_script("bench/lab/timeline_i8.py")
 _ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("timeline_i8", _ROOT / "bench" / "lab" / "timeline_i8.py")
-timeline = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(timeline)
 SRC = (_ROOT / "cuda" / "decode_i8.cuh").read_text()
 
 

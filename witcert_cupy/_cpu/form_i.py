@@ -142,16 +142,13 @@ def group_sums(digits, codes_row, jp_row, c0, c1, bits=8):
     for c in range(c0, c1):
         k = np.int64(codes_row[c])
         jp = np.int64(jp_row[c])
-        if bits == 8:
-            r0 += digits[0, c] * k
-            r1 += digits[1, c] * k + digits[0, c] * jp
-            r2 += digits[2, c] * k + digits[1, c] * jp
-        else:
-            jh = jp >> 8
-            jl = jp & 255
-            r0 += digits[0, c] * k
-            r1 += digits[1, c] * k + digits[0, c] * jh
-            r2 += digits[2, c] * k + digits[1, c] * jh + digits[0, c] * jl
+        # (8 bits: the field is one byte, jh' = j', and there is no jl')
+        jh = jp if bits == 8 else jp >> 8
+        jl = 0 if bits == 8 else jp & 255
+        r0 += digits[0, c] * k
+        r1 += digits[1, c] * k + digits[0, c] * jh
+        r2 += digits[2, c] * k + digits[1, c] * jh + digits[0, c] * jl
+        if bits != 8:
             r3 += digits[2, c] * jh + digits[1, c] * jl
     return r0, r1, r2, r3
 
