@@ -7,16 +7,20 @@ A shape ``B/Hq/Hkv/S`` runs the demo's synthetic model with that batch, heads an
 layer, four steps), once as the demo configures it (Tier AB, two exact RoPE pairs: the general
 kernel on the GPU) and once as Tier B with no exact channels (the staged-tile kernel's PLAIN layout);
 ``demo`` is ``witcert demo``'s own configuration.  γ_t is removed by zeroing the two launch scalars
-that carry it (``certificate.kernel_scalars``): nothing else changes, so the ratio of the medians is
-the term's looseness.  The form-(I) kernel forms its term inside the kernel and takes no such
-scalars: a run that never took the switch's scalars reports ``looseness`` null
-(``switch_reached`` false) rather than a ratio of two identical runs.  Writes
+that carry it (``certificate.kernel_scalars``); the form-(I) kernel forms its term inside the kernel
+from the integer sums, so there the switch zeroes its rounding factor ``γ_n``
+(``certificate.form_i_gamma``) and its exact-tier scalar (``certificate.form_i_scalars``) and compiles
+the residual and dropped-product bounds (``_contract.FORM_I_*_BOUND*``) as 0, a module of its own.
+Nothing else changes, so the ratio of the medians is the term's looseness.  A run whose launches
+never took the switch (the CPU backend's twin has the bounds compiled in) reports ``looseness``
+null (``switch_reached`` false) rather than a ratio of two identical runs.  Writes
 ``looseness-<backend>.json``; progress goes to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -27,19 +31,65 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 from shapes import parse_shape  # noqa: E402  (the benchmarks' one shape parser)
-from witcert_cupy import certificate  # noqa: E402
+from witcert_cupy import _contract, certificate  # noqa: E402
 from witcert_cupy.demo import run_demo  # noqa: E402
 
 _shipped = certificate.kernel_scalars
+_shipped_form_i = certificate.form_i_scalars
+_shipped_form_i_gamma = certificate.form_i_gamma
+# the form-(I) kernel's bounds on the query split's residual and the dropped product, compiled in
+_FORM_I_BOUNDS = ("FORM_I_RESIDUAL_BOUND", "FORM_I_DROPPED_BOUND", "FORM_I_RESIDUAL_BOUND_16",
+                  "FORM_I_DROPPED_BOUND_16")
 
-
-_reached = [0]  # launches whose scalars the switch replaced (the form-(I) kernel's never are)
+_reached = [0]  # launches whose evaluation term the switch removed
+_compiled_bounds = [0]  # 1 where the form-(I) bounds are compiled when the switch is on (CUDA)
 
 
 def _without_gamma(dot_height, sm_scale, dither_bits):
     _reached[0] += 1
     beta, _, _ = _shipped(dot_height, sm_scale, dither_bits)
     return beta, np.float32(0), np.float32(0)
+
+
+def _form_i_without_gamma(head_dim, sm_scale, dither_bits=8, outlier_channels=0):
+    _reached[0] += _compiled_bounds[0]  # (the CPU twin's bounds are numba constants: not removed)
+    beta, _, _ = _shipped_form_i(head_dim, sm_scale, dither_bits, outlier_channels)
+    return beta, np.float32(0), np.float32(0)
+
+
+def _clear_kernel_caches():
+    """Forget the compiled modules and the options that keyed them (the next launch compiles with
+    the contract constants as they are now; NVRTC's disk cache keeps both builds)."""
+    from witcert_cupy._cuda import build
+
+    build.options.cache_clear()
+    build._module.cache_clear()
+
+
+@contextlib.contextmanager
+def evaluation_term_removed(backend):
+    """Within: every kernel's evaluation term γ_t is 0 (the fp32 kernels' launch scalars, the
+    form-(I) kernel's γ_n, exact-tier scalar and compiled bounds); restored on exit."""
+    saved = {k: getattr(_contract, k) for k in _FORM_I_BOUNDS}
+    certificate.kernel_scalars = _without_gamma
+    certificate.form_i_scalars = _form_i_without_gamma
+    certificate.form_i_gamma = lambda outliers=False: np.float32(0)
+    for k in _FORM_I_BOUNDS:
+        setattr(_contract, k, 0)
+    if backend == "cuda":
+        _clear_kernel_caches()
+        _compiled_bounds[0] = 1
+    try:
+        yield
+    finally:
+        certificate.kernel_scalars = _shipped
+        certificate.form_i_scalars = _shipped_form_i
+        certificate.form_i_gamma = _shipped_form_i_gamma
+        for k, v in saved.items():
+            setattr(_contract, k, v)
+        _compiled_bounds[0] = 0
+        if backend == "cuda":
+            _clear_kernel_caches()
 
 
 def runs(spec):
@@ -62,17 +112,17 @@ def measure(backend, spec):
     for name, kw in runs(spec):
         med = {}
         _reached[0] = 0
-        for label, fn in (("shipped", _shipped), ("without_gamma", _without_gamma)):
-            certificate.kernel_scalars = fn
-            try:
+        for label in ("shipped", "without_gamma"):
+            if label == "shipped":
                 r = run_demo(backend=backend, quiet=True, **kw)
-            finally:
-                certificate.kernel_scalars = _shipped
+            else:
+                with evaluation_term_removed(backend):
+                    r = run_demo(backend=backend, quiet=True, **kw)
             med[label] = r["tv_bound"]["median"]
             med[f"{label}_violations"] = r["violations"]
             med["cells"] = r["cells"]
-        # no launch took the switch's scalars (every step on the form-(I) kernel, whose term is formed
-        # inside it): the two runs are the same, and the ratio would read 0 without measuring anything
+        # no launch took the switch (the CPU twin's form-(I) bounds are compiled in): the two runs are
+        # the same, and the ratio would read 0 without measuring anything
         reached = _reached[0] > 0
         rows.append({"case": name, **med, "switch_reached": reached,
                      "looseness": med["shipped"] / med["without_gamma"] - 1.0 if reached else None})
@@ -104,7 +154,7 @@ def main():
         for row in spec_rows:
             rows.append(row)
             grow = (f"+{100 * row['looseness']:.2f}%" if row["switch_reached"]
-                    else "not measured (the switch does not reach the form-(I) kernel)")
+                    else "not measured (no launch took the switch)")
             print(f"[looseness] {row['case']}: median bound {row['shipped']:.5g} vs {row['without_gamma']:.5g} "
                   f"without γ_t: {grow} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     out = {"meta": {"date": time.strftime("%Y-%m-%d"), "backend": args.backend,
