@@ -109,6 +109,10 @@ FORM_I_ROUNDINGS = 13
 # With outlier pairs the kernel adds their fp32 logit to the integer part's: one more rounding on
 # every path of the integer part (docs/certificate.md §11).
 FORM_I_OUTLIER_ROUNDINGS = 1
+# The outlier channels' own fp32 logit is a chain of NP2 products; with the addition to the integer
+# part and the CPU twin's conversion to natural units by fl(ln 2) it meets at most NP2 + 3 roundings
+# beyond LOGIT_ROUNDINGS, so its evaluation term is gamma_exact at height NP2 + this (docs/certificate.md §11).
+FORM_I_OUTLIER_CHAIN_EXTRA = 3
 
 # SPEC §2: bit layout of the Philox counter.
 SIDE_SHIFT = 31

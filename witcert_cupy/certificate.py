@@ -137,14 +137,18 @@ def kernel_scalars(dot_height: int, sm_scale: float, dither_bits: int | None):
     return beta_steps(dither_bits), gamma_per_beta(dot_height, dither_bits), gamma_exact(dot_height, sm_scale)
 
 
-def form_i_scalars(head_dim: int, sm_scale: float, dither_bits: int = 8):
+def form_i_scalars(head_dim: int, sm_scale: float, dither_bits: int = 8, outlier_channels: int = 0):
     """:func:`kernel_scalars` of a form-(I) launch (SPEC §6, 8- or 16-bit dither): β of the dither,
     no evaluation term per unit of β (the quantized channels' is :func:`form_i_gamma`, formed from
-    the integer sums), and an exact-tier token's fp32 dot product in :data:`FORM_I_EXACT_ORDER`."""
+    the integer sums), and the exact channels' ``gamma_exact``: an exact-tier token's fp32 dot
+    product in :data:`FORM_I_EXACT_ORDER`, or with ``outlier_channels > 0`` (a pool with outlier
+    pairs and no exact tier) their own chain's, ``outlier_channels + FORM_I_OUTLIER_CHAIN_EXTRA``
+    (docs/certificate.md §11)."""
     if dither_bits not in C.FORM_I_DITHER_BITS:
         raise ValueError(f"dither_bits: form (I) serves {C.FORM_I_DITHER_BITS}, got {dither_bits!r}")
-    return (beta_steps(dither_bits), np.float32(0),
-            gamma_exact(sum_height(head_dim, *FORM_I_EXACT_ORDER), sm_scale))
+    height = (outlier_channels + C.FORM_I_OUTLIER_CHAIN_EXTRA if outlier_channels > 0
+              else sum_height(head_dim, *FORM_I_EXACT_ORDER))
+    return beta_steps(dither_bits), np.float32(0), gamma_exact(height, sm_scale)
 
 
 def tc_gamma_steps(group_size: int, num_groups: int) -> np.float32:
