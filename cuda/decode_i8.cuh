@@ -1070,6 +1070,14 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
     if (g < G) {
         const i64 oi = ((i64)b * Hq + h * G + g) * num_splits + s;
         float* op = o_part + oi * D + I8_WARP_CH * w;
+        // the outlier channels' outputs, divided once each: a division per channel and output slot
+        // made the epilogue 600 instructions and 128 branches long, and at B = 1 (each SM runs its
+        // CTAs once) instruction fetch was most of the step's stalls (a profile)
+        [[maybe_unused]] float ovl[OUTL ? I8_OUTL_MAX : 1];
+        if constexpr (OUTL) {
+#pragma unroll
+            for (int j = 0; j < I8_OUTL_MAX; ++j) ovl[j] = ov[j] / l;
+        }
 #pragma unroll
         for (int cb = 0; cb < 4; ++cb) {
             // 255/512 (16 bits: 65535/131072) · ΣP' of the group
@@ -1083,10 +1091,10 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
 #pragma unroll
                     for (int j = 0; j < I8_OUTL_MAX; ++j) {
                         const int k = och[j] - (I8_WARP_CH * w + 16 * cb + 4 * t);  // (-1 past NP2: never 0..3 here)
-                        if (och[j] >= 0 && k == 0) r.x = ov[j] / l;
-                        if (och[j] >= 0 && k == 1) r.y = ov[j] / l;
-                        if (och[j] >= 0 && k == 2) r.z = ov[j] / l;
-                        if (och[j] >= 0 && k == 3) r.w = ov[j] / l;
+                        if (och[j] >= 0 && k == 0) r.x = ovl[j];
+                        if (och[j] >= 0 && k == 1) r.y = ovl[j];
+                        if (och[j] >= 0 && k == 2) r.z = ovl[j];
+                        if (och[j] >= 0 && k == 3) r.w = ovl[j];
                     }
                 }
             }
