@@ -42,18 +42,11 @@ _FORM_I_BOUNDS = ("FORM_I_RESIDUAL_BOUND", "FORM_I_DROPPED_BOUND", "FORM_I_RESID
                   "FORM_I_DROPPED_BOUND_16")
 
 _reached = [0]  # launches whose evaluation term the switch removed
-_compiled_bounds = [0]  # 1 where the form-(I) bounds are compiled when the switch is on (CUDA)
 
 
 def _without_gamma(dot_height, sm_scale, dither_bits):
     _reached[0] += 1
     beta, _, _ = _shipped(dot_height, sm_scale, dither_bits)
-    return beta, np.float32(0), np.float32(0)
-
-
-def _form_i_without_gamma(head_dim, sm_scale, dither_bits=8, outlier_channels=0):
-    _reached[0] += _compiled_bounds[0]  # (the CPU twin's bounds are numba constants: not removed)
-    beta, _, _ = _shipped_form_i(head_dim, sm_scale, dither_bits, outlier_channels)
     return beta, np.float32(0), np.float32(0)
 
 
@@ -71,14 +64,20 @@ def evaluation_term_removed(backend):
     """Within: every kernel's evaluation term γ_t is 0 (the fp32 kernels' launch scalars, the
     form-(I) kernel's γ_n, exact-tier scalar and compiled bounds); restored on exit."""
     saved = {k: getattr(_contract, k) for k in _FORM_I_BOUNDS}
+
+    def form_i_without_gamma(head_dim, sm_scale, dither_bits=8, outlier_channels=0):
+        # (a launch whose bounds compile as 0: the CPU twin's are numba constants, not removed)
+        _reached[0] += backend == "cuda"
+        beta, _, _ = _shipped_form_i(head_dim, sm_scale, dither_bits, outlier_channels)
+        return beta, np.float32(0), np.float32(0)
+
     certificate.kernel_scalars = _without_gamma
-    certificate.form_i_scalars = _form_i_without_gamma
+    certificate.form_i_scalars = form_i_without_gamma
     certificate.form_i_gamma = lambda outliers=False: np.float32(0)
     for k in _FORM_I_BOUNDS:
         setattr(_contract, k, 0)
     if backend == "cuda":
         _clear_kernel_caches()
-        _compiled_bounds[0] = 1
     try:
         yield
     finally:
@@ -87,7 +86,6 @@ def evaluation_term_removed(backend):
         certificate.form_i_gamma = _shipped_form_i_gamma
         for k, v in saved.items():
             setattr(_contract, k, v)
-        _compiled_bounds[0] = 0
         if backend == "cuda":
             _clear_kernel_caches()
 

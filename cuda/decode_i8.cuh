@@ -1127,19 +1127,16 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
         float*, float*, float*, const int*, const u16*, const u16*, const u16*, const int*, i64, int, int, int,   \
         int, int, int, int, int, int, int, int, u32, u32, float, float, float, float, float, const u16*,          \
         const int*, int);
-#define WC_I8_INST_GB(D, G, BITS)                       \
-    WC_I8_INST1B(D, G, 0, false, false, false, BITS)  \
-    WC_I8_INST1B(D, G, 1, false, false, false, BITS)  \
-    WC_I8_INST1B(D, G, 2, false, false, false, BITS)  \
-    WC_I8_INST1B(D, G, 3, false, false, false, BITS)  \
-    WC_I8_INST1B(D, G, 0, false, true, false, BITS)   \
-    WC_I8_INST1B(D, G, 1, false, true, false, BITS)   \
-    WC_I8_INST1B(D, G, 2, false, true, false, BITS)   \
-    WC_I8_INST1B(D, G, 3, false, true, false, BITS)   \
-    WC_I8_INST1B(D, G, 0, false, false, true, BITS)   \
-    WC_I8_INST1B(D, G, 1, false, false, true, BITS)   \
-    WC_I8_INST1B(D, G, 2, false, false, true, BITS)   \
-    WC_I8_INST1B(D, G, 3, false, false, true, BITS)   \
+// every tier code (0: no certificate, 1: A, 2: B, 3: AB) of one feature set
+#define WC_I8_INST_TIERS(D, G, EXACT, OUTL, BITS)         \
+    WC_I8_INST1B(D, G, 0, false, EXACT, OUTL, BITS)       \
+    WC_I8_INST1B(D, G, 1, false, EXACT, OUTL, BITS)       \
+    WC_I8_INST1B(D, G, 2, false, EXACT, OUTL, BITS)       \
+    WC_I8_INST1B(D, G, 3, false, EXACT, OUTL, BITS)
+#define WC_I8_INST_GB(D, G, BITS)                 \
+    WC_I8_INST_TIERS(D, G, false, false, BITS)    \
+    WC_I8_INST_TIERS(D, G, true, false, BITS)     \
+    WC_I8_INST_TIERS(D, G, false, true, BITS)     \
     WC_I8_INST_PAGES(D, G, BITS)
 #define WC_I8_INST_G(D, G) WC_I8_INST_GB(D, G, 8) WC_I8_INST_GB(D, G, 16)
 #define WC_I8_INST_EVERY_G(D)                                                                          \

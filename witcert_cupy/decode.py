@@ -216,6 +216,7 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
     cmax_part = np.empty((B, Hq, ns), np.float32)
     u16 = lambda a: a.view(np.uint16)  # noqa: E731
     bands = pool.band_ch if pool.band_ch.size else np.zeros((0, 1), np.int32)
+    tier_map = getattr(pool, "tier_map", None)  # None: no exact tier, every page is quantized
     if isinstance(pool, KVPool):
         cfg = pool.config
         k0, k1 = cfg.seed_words
@@ -229,9 +230,8 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
                 raise ValueError(f"the form-(I) logit serves INT8 pools at 8- or 16-bit dither, not "
                                  f"{cfg.dither_bits}-bit")
             # (outlier pairs without an exact tier: their chain's own term, as the kernel's)
-            no_tier = getattr(pool, "tier_map", None) is None
             scalars = cert_mod.form_i_scalars(d, sm_scale, cfg.dither_bits,
-                                              outlier_channels=pool.bypass_ch.shape[-1] if no_tier else 0)
+                                              outlier_channels=pool.bypass_ch.shape[-1] if tier_map is None else 0)
         else:
             scalars = cert_mod.kernel_scalars(height, sm_scale, cfg.dither_bits)
     else:  # stored fp16 values: no scales, outliers or dither
@@ -243,12 +243,12 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
         quant = (0, 0, 8, d)
         scalars = cert_mod.kernel_scalars(height, sm_scale, None)
     outliers = isinstance(pool, KVPool) and pool.bypass_ch.shape[-1] > 0  # (form (I): one more rounding)
-    if getattr(pool, "tier_map", None) is None:  # no exact tier: every page is quantized
+    if tier_map is None:
         # (a writable C-ordered map, the same array type as a tier's: one numba specialization, not two)
         layer_map = np.full((pool.num_kv_heads, pool.num_pages), -1, np.int32)
         tier_k = tier_v = np.zeros((1, pool.page_size, d), np.uint16)
     else:
-        layer_map, tier_k, tier_v = pool.tier_map[layer], u16(pool.tier_k), u16(pool.tier_v)
+        layer_map, tier_k, tier_v = tier_map[layer], u16(pool.tier_k), u16(pool.tier_v)
     P = max(1, int(np.max(np.diff(pt.indptr)))) if B and page_contrib else 1
     page_lse = np.full((B, Hq, P), -np.inf, np.float32)
     page_lam = np.full((B, Hq, P), -np.inf, np.float32)

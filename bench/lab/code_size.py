@@ -24,6 +24,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 INSTRUCTION_BYTES = 16  # sm_90: every instruction is 128 bits
 
 # (label, D, G, tier code, page contributions, exact tier, outlier pairs, dither bits)
@@ -57,7 +59,6 @@ def text_sections(cubin: bytes) -> dict[str, int]:
 def compile_instances(header: str, lines: list[str], nvcc: str = "nvcc") -> dict[str, int]:
     """Instructions per function of ``lines`` (instantiations) after ``#include "header"``, built as
     the library's kernels are checked (sm_90, flush-to-zero, the contract's defines)."""
-    sys.path.insert(0, str(ROOT))
     from witcert_cupy._cuda import build
 
     with tempfile.TemporaryDirectory() as tmp:
