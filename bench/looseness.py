@@ -65,10 +65,10 @@ def evaluation_term_removed(backend):
     form-(I) kernel's γ_n, exact-tier scalar and compiled bounds); restored on exit."""
     saved = {k: getattr(_contract, k) for k in _FORM_I_BOUNDS}
 
-    def form_i_without_gamma(head_dim, sm_scale, dither_bits=8, outlier_channels=0):
+    def form_i_without_gamma(head_dim, sm_scale, dither_bits=8, outlier_channels=0, exact_tier=False):
         # (a launch whose bounds compile as 0: the CPU twin's are numba constants, not removed)
         _reached[0] += backend == "cuda"
-        beta, _, _ = _shipped_form_i(head_dim, sm_scale, dither_bits, outlier_channels)
+        beta, _, _ = _shipped_form_i(head_dim, sm_scale, dither_bits, outlier_channels, exact_tier)
         return beta, np.float32(0), np.float32(0)
 
     certificate.kernel_scalars = _without_gamma

@@ -137,16 +137,17 @@ def kernel_scalars(dot_height: int, sm_scale: float, dither_bits: int | None):
     return beta_steps(dither_bits), gamma_per_beta(dot_height, dither_bits), gamma_exact(dot_height, sm_scale)
 
 
-def form_i_scalars(head_dim: int, sm_scale: float, dither_bits: int = 8, outlier_channels: int = 0):
+def form_i_scalars(head_dim: int, sm_scale: float, dither_bits: int = 8, outlier_channels: int = 0,
+                   exact_tier: bool = False):
     """:func:`kernel_scalars` of a form-(I) launch (SPEC §6, 8- or 16-bit dither): β of the dither,
     no evaluation term per unit of β (the quantized channels' is :func:`form_i_gamma`, formed from
     the integer sums), and the exact channels' ``gamma_exact``: an exact-tier token's fp32 dot
-    product in :data:`FORM_I_EXACT_ORDER`, or with ``outlier_channels > 0`` (a pool with outlier
-    pairs and no exact tier) their own chain's, ``outlier_channels + FORM_I_OUTLIER_CHAIN_EXTRA``
-    (docs/certificate.md §11)."""
+    product in :data:`FORM_I_EXACT_ORDER`, or for a pool with ``outlier_channels > 0`` and no
+    ``exact_tier`` the outlier channels' own chain's, ``outlier_channels + FORM_I_OUTLIER_CHAIN_EXTRA``
+    (docs/certificate.md §11; with an exact tier its tokens' height covers both)."""
     if dither_bits not in C.FORM_I_DITHER_BITS:
         raise ValueError(f"dither_bits: form (I) serves {C.FORM_I_DITHER_BITS}, got {dither_bits!r}")
-    height = (outlier_channels + C.FORM_I_OUTLIER_CHAIN_EXTRA if outlier_channels > 0
+    height = (outlier_channels + C.FORM_I_OUTLIER_CHAIN_EXTRA if outlier_channels > 0 and not exact_tier
               else sum_height(head_dim, *FORM_I_EXACT_ORDER))
     return beta_steps(dither_bits), np.float32(0), gamma_exact(height, sm_scale)
 

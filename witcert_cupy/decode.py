@@ -229,9 +229,8 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
             if cfg.dither_bits not in C.FORM_I_DITHER_BITS:
                 raise ValueError(f"the form-(I) logit serves INT8 pools at 8- or 16-bit dither, not "
                                  f"{cfg.dither_bits}-bit")
-            # (outlier pairs without an exact tier: their chain's own term, as the kernel's)
-            scalars = cert_mod.form_i_scalars(d, sm_scale, cfg.dither_bits,
-                                              outlier_channels=pool.bypass_ch.shape[-1] if tier_map is None else 0)
+            scalars = cert_mod.form_i_scalars(d, sm_scale, cfg.dither_bits, outlier_channels=pool.bypass_ch.shape[-1],
+                                              exact_tier=tier_map is not None)
         else:
             scalars = cert_mod.kernel_scalars(height, sm_scale, cfg.dither_bits)
     else:  # stored fp16 values: no scales, outliers or dither

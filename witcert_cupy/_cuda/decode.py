@@ -219,8 +219,7 @@ class DecodePlan:
         # summation order of the instantiation chosen above)
         self.dot_order = geo.stage1_dot_order(stage1, d, G, split=split, plain=stage1 == "v2" and plain)
         if stage1 == "i8":  # exact integer products: β, and the form-(I) term formed in the kernel
-            # (outlier pairs without an exact tier: their chain's own term)
-            beta, gpb, gex = cert_mod.form_i_scalars(d, sm_scale, bits, outlier_channels=0 if exact else np2)
+            beta, gpb, gex = cert_mod.form_i_scalars(d, sm_scale, bits, outlier_channels=np2, exact_tier=exact)
         else:
             beta, gpb, gex = cert_mod.kernel_scalars(cert_mod.sum_height(d, *self.dot_order), sm_scale,
                                                      None if dev.fp16_store else bits)
