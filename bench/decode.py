@@ -463,7 +463,9 @@ CONFIGS = {
     "exact_tier_1pct": ({}, "B", False, 0.01),
     "exact_tier_ab_16": ({"witness_bands": 16}, "AB", False, 0.01),  # the gate's pool under a Tier-AB certificate
     "page_contributions": ({}, "B", True, 0.0),
-    "gate_step": ({}, "B", True, 0.01),  # what gated_decode launches: page contributions over an exact tier
+    # a repair round of gated_decode: page contributions over an exact tier (a gated step that needs no
+    # repair computes none: it launches exact_tier_1pct's decode)
+    "gate_step": ({}, "B", True, 0.01),
 }
 
 

@@ -52,7 +52,8 @@ def gate(pool, table, q, **kw):
     res, rep = wc.gated_decode(xp.asarray(q), pool, layer=0, kv_indptr=xp.asarray(indptr),
                                kv_indices=xp.asarray(indices), kv_last_page_len=xp.asarray(last), **kw)
     for name in ("o", "lse", "log_a", "risk", "tv_bound", "cmax", "page_contrib"):
-        setattr(res, name, H(getattr(res, name)))
+        value = getattr(res, name)
+        setattr(res, name, None if value is None else H(value))
     return res, rep
 
 
@@ -127,6 +128,38 @@ def test_gate_brings_every_head_under_tau_and_matches_exact_attention(backend):
     assert np.array_equal(res2.o, res.o)
 
 
+def test_contributions_only_where_a_head_is_over_tau(backend, monkeypatch):
+    """By default a step that needs no repair decodes once, without page contributions; a step that
+    repairs decodes the same state again with them, then once per round.  page_contrib=True
+    computes them on every decode and reaches the same repair and the same result."""
+    import witcert_cupy.gate as gate_mod
+
+    calls = []
+    real = gate_mod._decode
+    monkeypatch.setattr(gate_mod, "_decode", lambda *a, **kw: calls.append(a[10]) or real(*a, **kw))
+    results = {}
+    for mode in (None, True):
+        rng = np.random.default_rng(1)
+        pool, table, q = risky_pool(rng, [400, 200], backend=backend)
+        calls.clear()
+        res, rep = gate(pool, table, q, page_contrib=mode)
+        assert rep.rounds >= 1 and rep.pages_repaired > 0
+        if mode is None:
+            assert calls == [False] + [True] * (rep.rounds + 1) and rep.decodes == rep.rounds + 2
+        else:
+            assert calls == [True] * (rep.rounds + 1) and rep.decodes == rep.rounds + 1
+        results[mode] = (res, rep, pool.tier_map.copy() if backend == "cpu" else H(pool.tier_map))
+        calls.clear()  # repaired: the same step again (a fresh request) needs no repair
+        pool.ledger.reset()
+        res2, rep2 = gate(pool, table, q, page_contrib=mode)
+        assert rep2.rounds == 0 and rep2.pages_repaired == 0 and not rep2.over_threshold.any()
+        assert calls == [bool(mode)] and rep2.decodes == 1
+        assert (res2.page_contrib is None) == (mode is None)
+    (ra, pa, ta), (rb, pb, tb) = results[None], results[True]
+    assert pa.pages_repaired == pb.pages_repaired and pa.rounds == pb.rounds and np.array_equal(ta, tb)
+    assert np.array_equal(ra.o, rb.o) and np.array_equal(ra.risk, rb.risk)
+
+
 def test_predicted_drop_matches_recomputed_to_first_order(backend):
     rng = np.random.default_rng(2)
     pool, table, q = risky_pool(rng, [600], massive=60.0, backend=backend)
@@ -180,6 +213,12 @@ def test_risk_ranked_mode_and_errors(backend):
         gate(pool, table, q, tau=float("nan"))
     with pytest.raises(TypeError, match="cert"):
         gate(pool, table, q, cert=None)
+    free = pool.tier_free
+    with pytest.raises(ValueError, match="page_contrib"):  # the gate cannot rank pages without them
+        gate(pool, table, q, page_contrib=False)
+    with pytest.raises(TypeError, match="page_contrib"):
+        gate(pool, table, q, page_contrib="yes")
+    assert pool.tier_free == free  # refused before anything was paged in
     xp = pool.xp
     bare = wc.KVPool(1, 2, 128, 4, 16, wc.QuantConfig(128), backend=backend)
     with pytest.raises(ValueError, match="exact tier"):
