@@ -100,6 +100,7 @@ def test_quantize_errors():
     ((0, 2, 64, 4, 16), {}, ValueError, "num_layers"),
     ((1, 2, 64, 2**29, 16), {}, ValueError, "num_pages"),
     ((1, 2, 64, 4, 16), {"backend": "tpu"}, ValueError, "backend"),
+    ((1, 2, 64, 4, 16), {"keep_exact": "no"}, TypeError, "keep_exact"),  # a truthy string is no flag
 ])
 def test_pool_constructor_errors(args, kw, exc, name):
     with pytest.raises(exc, match=name):
@@ -164,6 +165,8 @@ def test_decode_errors():
         (dict(sm_scale=float("nan")), ValueError, "sm_scale"),
         (dict(sm_scale=-1.0), ValueError, "sm_scale"),
         (dict(num_splits=0), ValueError, "num_splits"),
+        (dict(page_contrib="yes"), TypeError, "page_contrib"),
+        (dict(page_contrib=1), TypeError, "page_contrib"),
         (dict(pool="pool"), TypeError, "pool"),
     ]
     for kw, exc, name in cases:

@@ -23,6 +23,13 @@ def _int_arg(name, value, lo=None, hi=None):
     return value
 
 
+def _bool_arg(name, value):
+    """A flag: True or False (a NumPy bool too); anything else, a truthy string included, is refused."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
+    return bool(value)
+
+
 def _float_arg(name, value, *, lo_open=None, hi_open=None):
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")

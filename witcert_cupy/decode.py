@@ -13,7 +13,7 @@ from . import _contract as C
 from . import certificate as cert_mod
 from .budget import budget_key, charge_host, check_requests
 from .arrays import backend_of, check_float, check_int, check_range, to_cupy, to_numpy
-from .config import CertConfig, _int_arg
+from .config import CertConfig, _bool_arg, _int_arg
 from .pool import Fp16Pool, KVPool, PagedPool
 from .types import DecodeResult
 from .write import check_layer_side
@@ -146,6 +146,7 @@ def decode_attention(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len,
     be = backend_of(q=q, kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len)
     if isinstance(pool, PagedPool) and be != pool.backend:
         raise TypeError(f"q and the page table must live on the pool's device ({pool.backend})")
+    page_contrib = _bool_arg("page_contrib", page_contrib)
     if page_contrib and cert is None:
         raise ValueError("page_contrib needs a certificate (cert=CertConfig(...))")
     if telemetry is not None:

@@ -21,7 +21,7 @@ import numpy as np
 from . import certificate as cert_mod
 from .arrays import backend_of, to_numpy
 from .budget import charge_host
-from .config import CertConfig, _int_arg
+from .config import CertConfig, _bool_arg, _int_arg
 from .decode import _decode, budget_of, check_page_table
 from .reference import to_host
 from .pool import PagedPool
@@ -109,9 +109,7 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
         raise TypeError(f"cert must be a CertConfig, got {type(cert).__name__}")
     tau = cert.tau
     max_rounds = _int_arg("max_rounds", max_rounds, lo=0, hi=64)
-    if page_contrib is not None and not isinstance(page_contrib, (bool, np.bool_)):
-        raise TypeError(f"page_contrib must be None or True, got {type(page_contrib).__name__}")
-    if page_contrib is not None and not page_contrib:
+    if page_contrib is not None and not _bool_arg("page_contrib", page_contrib):
         raise ValueError("page_contrib must be None (computed once a head is over tau) or True (on every "
                          "decode): the gate ranks pages by them")
     be = backend_of(q=q, kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len)

@@ -11,7 +11,7 @@ import numpy as np
 from . import _contract as C
 from .arrays import backend_of, check_float, check_int, check_range, to_cupy, to_numpy
 from .budget import DEFAULT_MAX_REQUESTS, StepLedger
-from .config import QuantConfig, _int_arg, band_channels
+from .config import QuantConfig, _bool_arg, _int_arg, band_channels
 from .write import check_layer_side, to_fp16_bits
 
 
@@ -55,7 +55,7 @@ class PagedPool:
         self.backend = backend
         # certified units spent by each request (spec §4.4), on the pool's device
         self.ledger = StepLedger(max_requests, self.xp)
-        self.keep_exact = bool(keep_exact)
+        self.keep_exact = _bool_arg("keep_exact", keep_exact)
         shape = (self.num_layers, 2, self.num_kv_heads, self.num_slots, self.head_dim)
         self.exact = np.zeros(shape, np.float16) if self.keep_exact else None
         # rows (token, kv head, side) written with a NaN/inf: readable without a per-step host sync
