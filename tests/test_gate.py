@@ -160,6 +160,18 @@ def test_contributions_only_where_a_head_is_over_tau(backend, monkeypatch):
     assert np.array_equal(ra.o, rb.o) and np.array_equal(ra.risk, rb.risk)
 
 
+def test_a_round_that_repairs_nothing_ends_the_loop(backend):
+    """At a τ no page can reach, the first round pages in every page that contributes; the next
+    finds none left (exact pages are never chosen again) and stops there instead of recomputing
+    the same result for the remaining rounds."""
+    rng = np.random.default_rng(6)
+    pool, table, q = risky_pool(rng, [64], cap=64, backend=backend)
+    res, rep = gate(pool, table, q, tau=1e-12, max_rounds=4)
+    assert rep.pages_repaired > 0 and rep.rounds == 1 and rep.decodes == 3  # without, with, after the round
+    assert rep.over_threshold.any() and not rep.tier_full  # still over: the exact tokens' own terms
+    assert np.array_equal(rep.over_threshold, res.risk > 1e-12)
+
+
 def test_predicted_drop_matches_recomputed_to_first_order(backend):
     rng = np.random.default_rng(2)
     pool, table, q = risky_pool(rng, [600], massive=60.0, backend=backend)

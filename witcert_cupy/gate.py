@@ -83,7 +83,8 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
     cert : CertConfig
         Its ``tau`` is the threshold on the risk ``R``: ``< 1`` certified, ``>= 1`` risk-ranked.
     max_rounds : int
-        Repair rounds at most (each costs one recomputation).
+        Repair rounds at most (each costs one recomputation).  A round that finds no page to page in
+        (every contributing page already exact, or the tier full) ends the loop without one.
     requests : int array ``[B]`` or None
         As for :func:`~witcert_cupy.decode_attention`: the rounds of one call are one event (spec
         §4.3), so the call spends one unit of each row's budget, however many rounds it takes.
@@ -152,7 +153,8 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
         # the reported bound is on A1 raised by Γ and log A's resolution (SPEC §5, risk_from_log_a)
         growth = _a_of(cert_mod.log_a_raise(host(res.lse), host(res.gamma)))
         A = A1 * growth
-        page_contrib = host(res.page_contrib)
+        contrib_all = host(res.page_contrib)   # [B, Hq, pages]
+        repaired_before = report.pages_repaired
         predicted = A.copy()
         for b in range(B):
             pages = pt.indices[pt.indptr[b]:pt.indptr[b + 1]]
@@ -160,7 +162,7 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
                 heads = [h * G + g for g in range(G) if over[b, h * G + g]]
                 if not heads:
                     continue
-                contrib = page_contrib[b, heads, :len(pages)]                 # [heads, pages]
+                contrib = contrib_all[b, heads, :len(pages)]                  # [heads, pages]
                 order = np.argsort(-contrib.sum(0), kind="stable")
                 order = [j for j in order if contrib[:, j].sum() > 0 and not pool.is_exact(layer, h, pages[j])]
                 if not order:
@@ -184,6 +186,10 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
                     break
             if report.tier_full:
                 break
+        if report.pages_repaired == repaired_before:
+            # no page could help (every page that contributes is exact, or the tier is full): a
+            # recomputation would return the same result
+            break
         report.history.append({"A_before": A, "A_predicted": predicted})
         report.rounds += 1
     if budget is not None:  # one unit for the call's one event
