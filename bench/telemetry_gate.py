@@ -153,7 +153,7 @@ def bench_gate(rows, backend, ctx):
     row = {"part": "gate", "backend": backend, "batch": B, "hq": Hq, "hkv": pool.num_kv_heads, "context": ctx,
            "page_size": PAGE, "tau": 0.2, "offending_kv_heads": int(over_kv.sum()),
            "coverage_before": float(np.mean(risk0 <= 0.2)), "coverage_after": float(np.mean(risk1 <= 0.2)),
-           "pages_repaired": rep.pages_repaired, "rounds": rep.rounds, "tier_full": rep.tier_full,
+           "pages_repaired": rep.pages_repaired, "rounds": rep.rounds, "decodes": rep.decodes, "tier_full": rep.tier_full,
            "bytes_paged_in": paged, "bytes_whole_head": whole_head,
            "traffic_cut": round(whole_head / paged, 1) if paged else None, "gate_seconds": round(dt, 3)}
     rows.append(row)
