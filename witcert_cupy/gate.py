@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import certificate as cert_mod
-from .arrays import backend_of, to_numpy
+from .arrays import backend_of, to_cupy, to_numpy
 from .budget import charge_host
 from .config import CertConfig, _bool_arg, _int_arg
 from .decode import _decode, budget_of, check_page_table
@@ -40,8 +40,8 @@ class GateReport:
     rounds : int
         Repair rounds run (each followed by a recomputation).
     decodes : int
-        Decode launches: 1 where no head is over τ (or ``max_rounds=0``); otherwise one more, with
-        the page contributions that rank the pages, then one per round.
+        Decode launches: one of the whole batch per recomputation, and with ``page_contrib=None``
+        one more per round, of the rows with a head over τ, with the page contributions.
     tier_full : bool
         The exact tier ran out: some head may still exceed τ, and its certificate says so.
     over_threshold : bool ``[B, Hq]``
@@ -89,18 +89,18 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
         As for :func:`~witcert_cupy.decode_attention`: the rounds of one call are one event (spec
         §4.3), so the call spends one unit of each row's budget, however many rounds it takes.
     page_contrib : bool or None
-        When the decodes compute the per-page contributions that rank pages for repair.  None (the
-        default): only once a head is over τ, so a step that needs no repair runs without them (on
-        the GPU they cost 10–12% of a step) and a step that repairs decodes once more (the same
-        pool state, now with them).  True: on every decode, the first included (a step that
-        repairs then decodes once less; where most steps repair, this is the cheaper).
+        Which decodes compute the per-page contributions that rank pages for repair.  None (the
+        default): none of the batch's decodes; in a round with a head over τ, the rows holding one
+        are decoded once more with them (the same pool state), so a step that needs no repair runs
+        without them (on the GPU they cost 10–12% of a step) and a repair round costs its rows'
+        share of a second decode.  True: every decode of the whole batch computes them (no second
+        decode; the cheaper where most rows repair).
 
     Returns
     -------
     (DecodeResult, GateReport)
         The result of the last recomputation (repaired pages served exactly) and the report.  Its
-        ``page_contrib`` is None where the contributions were not computed (``page_contrib=None``
-        and no head over τ).
+        ``page_contrib`` is None unless ``page_contrib=True``.
     """
     if not isinstance(pool, PagedPool):
         raise TypeError(f"pool must be a KVPool, Fp16Pool or SchemePool, got {type(pool).__name__}")
@@ -133,36 +133,42 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
     # a head whose query is not finite has a non-finite certificate that no page can mend: skipped
     q_finite = np.isfinite(host(qq).astype(np.float32)).all(-1)
     budget = budget_of(pool, cert, q.shape, requests, be)
-    # By default the first decode computes no page contributions (a step that needs no repair never
-    # uses them); where a head is over τ the same pool state is decoded again with them (a
-    # recomputation on the same dither, inside the call's one event: SPEC §4.3), and every later
-    # round keeps them.
-    with_contrib = bool(page_contrib)
+    # By default the decodes compute no page contributions (a step that needs no repair never uses
+    # them): where a head is over τ, the rows that hold one are decoded again with them (the same
+    # pool state and dither, inside the call's one event: SPEC §4.3), and those rank the pages.
+    full_contrib = bool(page_contrib)
     while True:
-        res = _decode(qq, pool, be, layer, *tables, sm_scale, cert, num_splits, with_contrib, charge=False)
+        res = _decode(qq, pool, be, layer, *tables, sm_scale, cert, num_splits, full_contrib, charge=False)
         report.decodes += 1
         # over τ by the reported risk itself, so that the gate and the report never disagree at the edge
         over = (host(res.risk) > tau) & q_finite
         report.over_threshold = over
         if not over.any() or report.rounds == max_rounds or report.tier_full:
             break
-        if not with_contrib:
-            with_contrib = True
-            continue
+        if full_contrib:
+            rows, ranked = np.arange(B), res
+        else:
+            rows = np.flatnonzero(over.any(1))
+            q_r, ip_r, ix_r, ll_r = _batch_rows(qq, pt, rows, be)
+            ranked = _decode(q_r, pool, be, layer, ip_r, ix_r, ll_r, sm_scale, cert, num_splits, True, charge=False)
+            report.decodes += 1
+        # A of every row, the ranked rows' from the decode whose contributions decompose it
         A1 = _a_of(host(res.log_a))            # Σ p̃ e^{c}: what the page contributions decompose
+        A1[rows] = _a_of(host(ranked.log_a))
         # the reported bound is on A1 raised by Γ and log A's resolution (SPEC §5, risk_from_log_a)
         growth = _a_of(cert_mod.log_a_raise(host(res.lse), host(res.gamma)))
+        growth[rows] = _a_of(cert_mod.log_a_raise(host(ranked.lse), host(ranked.gamma)))
         A = A1 * growth
-        contrib_all = host(res.page_contrib)   # [B, Hq, pages]
+        contrib_rows = host(ranked.page_contrib)   # [len(rows), Hq, pages]
         repaired_before = report.pages_repaired
         predicted = A.copy()
-        for b in range(B):
+        for i, b in enumerate(rows):
             pages = pt.indices[pt.indptr[b]:pt.indptr[b + 1]]
             for h in range(pool.num_kv_heads):
                 heads = [h * G + g for g in range(G) if over[b, h * G + g]]
                 if not heads:
                     continue
-                contrib = contrib_all[b, heads, :len(pages)]                  # [heads, pages]
+                contrib = contrib_rows[i, heads, :len(pages)]                 # [heads, pages]
                 order = np.argsort(-contrib.sum(0), kind="stable")
                 order = [j for j in order if contrib[:, j].sum() > 0 and not pool.is_exact(layer, h, pages[j])]
                 if not order:
@@ -204,6 +210,20 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
             spent_out = ~np.isfinite(res.risk)
         report.over_threshold = report.over_threshold | (spent_out & q_finite)
     return res, report
+
+
+def _batch_rows(q, pt, rows, be):
+    """``(q, kv_indptr, kv_indices, kv_last_page_len)`` of the batch rows ``rows`` alone (``pt`` the
+    validated host page table), on the backend's device."""
+    counts = np.diff(pt.indptr)[rows]
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    indices = np.concatenate([pt.indices[pt.indptr[b]:pt.indptr[b + 1]] for b in rows]).astype(np.int32)
+    last = pt.last_page_len[rows].astype(np.int32)
+    if be == "cuda":
+        import cupy as cp
+
+        return to_cupy(q)[cp.asarray(rows)], cp.asarray(indptr), cp.asarray(indices), cp.asarray(last)
+    return q[rows], indptr, indices, last
 
 
 def served_rows(pool, layer, page_table, b):
