@@ -463,8 +463,8 @@ CONFIGS = {
     "exact_tier_1pct": ({}, "B", False, 0.01),
     "exact_tier_ab_16": ({"witness_bands": 16}, "AB", False, 0.01),  # the gate's pool under a Tier-AB certificate
     "page_contributions": ({}, "B", True, 0.0),
-    # a repair round of gated_decode: page contributions over an exact tier (a gated step that needs no
-    # repair computes none: it launches exact_tier_1pct's decode)
+    # page contributions over an exact tier: what a repair round of gated_decode decodes for its
+    # offending rows (a gated step that needs no repair launches exact_tier_1pct's decode alone)
     "gate_step": ({}, "B", True, 0.01),
 }
 
