@@ -6,7 +6,8 @@ the measured floor and why).
 
 The ladder (``bench/lab/cuda/bench_floor.cu``), each level streaming the same bytes as the decode (codes and
 fp16 scales of K and V, one layer) and each doing strictly less than any decode that meets SPEC
-§2–§6: L0 the loads; L1 + one Philox call per 16 codes; L2 + fp32 x̂ = s(k − ξ); L3 + G fp32 FMAs
+§2–§6: L0 the loads; L1 + one Philox call per 16 codes (and L1_philox_16bit / _24bit: 2 and 4 calls,
+the stream at 16- and 24-bit dither, a floor of those pools' decode); L2 + fp32 x̂ = s(k − ξ); L3 + G fp32 FMAs
 per element.  The fp16-store ladder (rows of fp16 values, as an Fp16Pool) beside it: F0 the loads;
 F1 + the fp32 conversion; F3 + G fp32 FMAs per element; with our fp16-store decode timed on the
 same shape.  And the tensor-core route's levels on the INT8 bytes (not floors of SPEC §6: what a
@@ -49,8 +50,8 @@ bd = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bd)
 
 D, GS = 128, 32
-LEVELS = (("L0_loads", "bench_floor_l0"), ("L1_philox", "bench_floor_l1"), ("L2_dequant", "bench_floor_l2"),
-          ("L3_fma", None))
+LEVELS = (("L0_loads", "bench_floor_l0"), ("L1_philox", "bench_floor_l1"), ("L1_philox_16bit", "bench_floor_l1_16"),
+          ("L1_philox_24bit", "bench_floor_l1_24"), ("L2_dequant", "bench_floor_l2"), ("L3_fma", None))
 # the tensor-core route (bench/lab/cuda/bench_floor.cu, bench_floor_tc_*): not floors of SPEC §6
 TC_LEVELS = (("T1_tc_operands", "bench_floor_tc_t1"), ("T2_tc_mma", "bench_floor_tc_t2"),
              ("T3_tc_exact_v", "bench_floor_tc_t3"), ("T4_imma_raw_bytes", "bench_floor_tc_t4"))

@@ -5,7 +5,8 @@
 // fp16 scales per row) with 16-byte loads and does strictly less work per element than any decode
 // that meets SPEC §2–§6, so its time lower-bounds every such kernel on the same bytes:
 //   L0: the loads only (codes + scales, XOR-folded): the bytes floor;
-//   L1: + one Philox4x32-10 call per 16 codes (SPEC §2: the dither stream at 8 bits);
+//   L1: + one Philox4x32-10 call per 16 codes (SPEC §2: the dither stream at 8 bits); L1_16 and
+//       L1_24 the same with 2 and 4 calls per 16 codes (the stream at 16- and 24-bit dither);
 //   L2: + x̂ = fl(s·(k − ξ)) in fp32 (dequant.cuh: the shipped 4 instructions per element);
 //   L3: + G fp32 FMAs per element (a decode multiplies each K̂ element by G query heads and each V̂
 //       element by G probabilities; here into G·4 register accumulators: no shared memory, no
@@ -60,15 +61,22 @@ __device__ __forceinline__ void bf_load_item(const i8* __restrict__ codes, const
     }
 }
 
-// chunk k's code words and the words of its 8-bit dither call (SPEC §2: counter chunk c0/16 + k)
+// chunk k's code words and the words of its dither calls: CALLS = 1, 2 or 4 per 16 codes at 8-,
+// 16- or 24-bit dither (SPEC §2: a 32-bit word holds four 8-bit fields, two 16-bit or one 24-bit
+// field); with more than one call their words are XOR-folded, so each call is live
+template <int CALLS = 1>
 __device__ __forceinline__ void bf_chunk_words(const int4& raw, i64 row, int side, int c0, int k, u32 k0, u32 k1,
                                                u32 (&cw)[4], u32 (&xw)[4]) {
-    const u32x4 w = philox10((u32)row, dither_ctr1(side, (c0 >> 4) + k), 0u, 0u, k0, k1);
     cw[0] = (u32)raw.x, cw[1] = (u32)raw.y, cw[2] = (u32)raw.z, cw[3] = (u32)raw.w;
-    xw[0] = w.x, xw[1] = w.y, xw[2] = w.z, xw[3] = w.w;
+    xw[0] = xw[1] = xw[2] = xw[3] = 0u;
+#pragma unroll
+    for (int r = 0; r < CALLS; ++r) {
+        const u32x4 w = philox10((u32)row, dither_ctr1(side, CALLS * ((c0 >> 4) + k) + r), 0u, 0u, k0, k1);
+        xw[0] ^= w.x, xw[1] ^= w.y, xw[2] ^= w.z, xw[3] ^= w.w;
+    }
 }
 
-template <int LEVEL, int G>
+template <int LEVEL, int G, int CALLS = 1>
 __device__ __forceinline__ void bench_floor_body(const i8* __restrict__ codes, const u16* __restrict__ scales,
                                                  i64 rows, int gs_shift, u32 k0, u32 k1,
                                                  const float* __restrict__ coef, float* __restrict__ sink) {
@@ -90,7 +98,7 @@ __device__ __forceinline__ void bench_floor_body(const i8* __restrict__ codes, c
                 continue;
             }
             u32 cw[4], xw[4];
-            bf_chunk_words(raw[k], row, 0, c0, k, k0, k1, cw, xw);
+            bf_chunk_words<CALLS>(raw[k], row, 0, c0, k, k0, k1, cw, xw);
             if (LEVEL == 1) {
                 fold ^= cw[0] ^ cw[1] ^ cw[2] ^ cw[3] ^ (u32)sr[k] ^ xw[0] ^ xw[1] ^ xw[2] ^ xw[3];
                 continue;
@@ -156,18 +164,20 @@ WC_FLOOR_F16_ENTRY(bench_floor_f16_l1, 1, 1)
 WC_FLOOR_F16_ENTRY(bench_floor_f16_l3_g4, 3, 4)
 WC_FLOOR_F16_ENTRY(bench_floor_f16_l3_g7, 3, 7)
 
-#define WC_FLOOR_ENTRY(NAME, LEVEL, G)                                                                      \
+#define WC_FLOOR_ENTRY(NAME, LEVEL, G, CALLS)                                                               \
     extern "C" __global__ void __launch_bounds__(BF_THREADS) NAME(                                         \
         const i8* __restrict__ codes, const u16* __restrict__ scales, i64 rows, int gs_shift, u32 k0, u32 k1, \
         const float* __restrict__ coef, float* __restrict__ sink) {                                        \
-        bench_floor_body<LEVEL, G>(codes, scales, rows, gs_shift, k0, k1, coef, sink);                     \
+        bench_floor_body<LEVEL, G, CALLS>(codes, scales, rows, gs_shift, k0, k1, coef, sink);              \
     }
 
-WC_FLOOR_ENTRY(bench_floor_l0, 0, 1)
-WC_FLOOR_ENTRY(bench_floor_l1, 1, 1)
-WC_FLOOR_ENTRY(bench_floor_l2, 2, 1)
-WC_FLOOR_ENTRY(bench_floor_l3_g4, 3, 4)
-WC_FLOOR_ENTRY(bench_floor_l3_g7, 3, 7)
+WC_FLOOR_ENTRY(bench_floor_l0, 0, 1, 1)
+WC_FLOOR_ENTRY(bench_floor_l1, 1, 1, 1)
+WC_FLOOR_ENTRY(bench_floor_l1_16, 1, 1, 2)  // the stream alone at 16- and 24-bit dither: the same
+WC_FLOOR_ENTRY(bench_floor_l1_24, 1, 1, 4)  // bytes (codes and scales), 2 or 4 calls per 16 codes
+WC_FLOOR_ENTRY(bench_floor_l2, 2, 1, 1)
+WC_FLOOR_ENTRY(bench_floor_l3_g4, 3, 4, 1)
+WC_FLOOR_ENTRY(bench_floor_l3_g7, 3, 7, 1)
 
 // ---- The tensor-core route (bench_floor_tc_*): the work per element of a decode that takes the
 // extend kernel's operands (docs/certificate.md §9: the codes and −ξ as exact fp16 operands, the
