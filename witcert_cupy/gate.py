@@ -111,8 +111,8 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
     tau = cert.tau
     max_rounds = _int_arg("max_rounds", max_rounds, lo=0, hi=64)
     if page_contrib is not None and not _bool_arg("page_contrib", page_contrib):
-        raise ValueError("page_contrib must be None (computed once a head is over tau) or True (on every "
-                         "decode): the gate ranks pages by them")
+        raise ValueError("page_contrib must be None (computed for the rows with a head over tau) or True (on "
+                         "every decode): the gate ranks pages by them")
     be = backend_of(q=q, kv_indptr=kv_indptr, kv_indices=kv_indices, kv_last_page_len=kv_last_page_len)
     if be != pool.backend:
         raise TypeError(f"q and the page table must live on the pool's device ({pool.backend})")
