@@ -168,19 +168,20 @@ __device__ __forceinline__ u32 wr_code_word(const u32 (&mb)[4]) {
     return __byte_perm(__byte_perm(mb[0], mb[1], 0x0040u), __byte_perm(mb[2], mb[3], 0x0040u), 0x5410u);
 }
 
-// The quantization of a lane's 32 channels.  The fast path (every group of the row live): z = x/s
-// + ξ with ξ's power-of-two scaling folded into one FMA (exact product, one rounding: the twin's
-// fp32 sum); with a witness (WIT) k − ξ the same way (the fp32 rounding of the exact difference, as
-// the twin's subtraction) and the residual's square staged at er_mine[j]; every channel is treated
-// as quantized and the caller overwrites the bypassed ones.  GENERAL (a row with a zero or
-// non-finite group): each channel quantized only where its group is live (`live`) and it is not
-// bypassed (`bmask`), else code 0 and witness term 0.  The Philox calls are written where their
-// words are used, so ptxas keeps one or two calls' words live.
-template <int BITS, bool WIT, bool GENERAL>
+// The quantization of a lane's 32 channels: z = x/s + ξ with ξ's power-of-two scaling folded into
+// one FMA (exact product, one rounding: the twin's fp32 sum); with a witness (WIT) k − ξ the same way
+// (the fp32 rounding of the exact difference, as the twin's subtraction) and the residual's square
+// staged at er_mine[j].  Every channel is treated as quantized: the caller overwrites the bypassed
+// channels and those of a zero or non-finite group (code 0, witness term 0), whose values here are
+// whatever x/0 or x/inf gave.  Why one path: a second, masked instantiation for rows with such a
+// group needs more than 64 registers at 16 and 24 bits with a witness (ptxas spills), where this one
+// fits 4 CTAs per SM; overwriting the channels afterwards gives the same codes and sums.
+// The Philox calls are written where their words are used, so ptxas keeps one or two calls' words
+// live.
+template <int BITS, bool WIT>
 __device__ __forceinline__ void wr_quantize(const u32 (&xh)[WR_CPT / 2], const float (&sb)[WR_CPT / 16],
-                                            const float (&rcp)[WR_CPT / 16], const bool (&live)[WR_CPT / 16],
-                                            u32 bmask, i64 slot, int side, int c0, u32 ctr2, u32 k0, u32 k1,
-                                            float* er_mine, u32 (&packed)[WR_CPT / 4]) {
+                                            const float (&rcp)[WR_CPT / 16], i64 slot, int side, int c0,
+                                            u32 ctr2, u32 k0, u32 k1, float* er_mine, u32 (&packed)[WR_CPT / 4]) {
     constexpr int PC = BITS == 8 ? 16 : (BITS == 16 ? 8 : 4);  // channels per Philox call
     const u32 magic = BITS == 8 ? wr_xi_magic() : 0u;  // (unused at 16 and 24 bits)
 #pragma unroll
@@ -189,38 +190,23 @@ __device__ __forceinline__ void wr_quantize(const u32 (&xh)[WR_CPT / 2], const f
 #pragma unroll
         for (int e4 = 0; e4 < PC; e4 += 4) {  // four channels at a time: one code word
             u32 mb[4];
-            float er[4];  // (the fast path stores them in pairs: four at once left ptxas one register short at 8 bits)
+            float er[4];  // (stored in pairs: four at once left ptxas one register short at 8 bits)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int j = PC * q + e4 + e;
                 const float x = wr_channel(xh, j);
-                if constexpr (!GENERAL) {
-                    const float xs = xi_scaled<BITS>(w, e4 + e, magic);
-                    const float z = __fmaf_rn(xs, xi_unscale<BITS>(), quotient_rn(x, sb[j / 16], rcp[j / 16]));
-                    const float m = __fadd_rn(z, WR_RINT_MAGIC);
-                    mb[e] = __float_as_uint(m);
-                    if constexpr (WIT) {
-                        const float kmxi = __fmaf_rn(-xs, xi_unscale<BITS>(), __fsub_rn(m, WR_RINT_MAGIC));
-                        er[e] = square_up(__fmaf_rn(sb[j / 16], kmxi, -x));
-                        if (e & 1)
-                            *reinterpret_cast<float2*>(&er_mine[PC * q + e4 + e - 1]) = make_float2(er[e - 1], er[e]);
-                    }
-                } else {
-                    const float xi = __fmul_rn(xi_scaled<BITS>(w, e4 + e, magic), xi_unscale<BITS>());
-                    const bool byp = (bmask >> j) & 1u;
-                    const bool quantized = live[j / 16] && !byp;
-                    const float z = quantized ? __fadd_rn(quotient_rn(x, sb[j / 16], rcp[j / 16]), xi) : 0.0f;
-                    const float m = __fadd_rn(z, WR_RINT_MAGIC);
-                    mb[e] = __float_as_uint(m);
-                    if constexpr (WIT) {
-                        const float kmxi = __fsub_rn(__fsub_rn(m, WR_RINT_MAGIC), xi);
-                        er[e] = byp ? 0.0f : square_up(__fmaf_rn(sb[j / 16], kmxi, -x));
-                    }
+                const float xs = xi_scaled<BITS>(w, e4 + e, magic);
+                const float z = __fmaf_rn(xs, xi_unscale<BITS>(), quotient_rn(x, sb[j / 16], rcp[j / 16]));
+                const float m = __fadd_rn(z, WR_RINT_MAGIC);
+                mb[e] = __float_as_uint(m);
+                if constexpr (WIT) {
+                    const float kmxi = __fmaf_rn(-xs, xi_unscale<BITS>(), __fsub_rn(m, WR_RINT_MAGIC));
+                    er[e] = square_up(__fmaf_rn(sb[j / 16], kmxi, -x));
+                    if (e & 1)
+                        *reinterpret_cast<float2*>(&er_mine[PC * q + e4 + e - 1]) = make_float2(er[e - 1], er[e]);
                 }
             }
             packed[(PC * q + e4) / 4] = wr_code_word(mb);
-            if constexpr (WIT && GENERAL)
-                *reinterpret_cast<float4*>(&er_mine[PC * q + e4]) = make_float4(er[0], er[1], er[2], er[3]);
         }
     }
 }
@@ -460,13 +446,21 @@ __device__ __forceinline__ void write_rows_impl(
     u32 packed[CPT / 4];                                   // the codes, four a word
     // (WIT) this lane's 32 staged squares: channel c0 + j at er_mine[j], one base for every store
     float* er_mine = &err2_s[rb][wr_wit_at(c0)];
-    // A row-uniform choice (the row's lanes run one path, so a warp does not run both): a row whose
-    // groups are all live (the common case, outlier pairs included) takes the fast path, a row with
-    // a zero or non-finite group the general one.
-    if (__all_sync(seg, all_live))
-        wr_quantize<BITS, WIT, false>(xh, sb, rcp, live, bmask, slot, side, c0, ctr2, k0, k1, er_mine, packed);
-    else
-        wr_quantize<BITS, WIT, true>(xh, sb, rcp, live, bmask, slot, side, c0, ctr2, k0, k1, er_mine, packed);
+    wr_quantize<BITS, WIT>(xh, sb, rcp, slot, side, c0, ctr2, k0, k1, er_mine, packed);
+    if (!all_live) {  // a zero or non-finite group's channels: code 0, witness term 0 (the twin's)
+#pragma unroll
+        for (int v = 0; v < HV; ++v) {
+            if (!live[v]) {
+#pragma unroll
+                for (int k = 0; k < 4; ++k) packed[4 * v + k] = 0u;
+                if constexpr (WIT) {
+#pragma unroll
+                    for (int k = 0; k < 4; ++k)
+                        *reinterpret_cast<float4*>(&er_mine[16 * v + 4 * k]) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+            }
+        }
+    }
     uint4* cdst = reinterpret_cast<uint4*>(codes + row * D + c0);
 #pragma unroll
     for (int q = 0; q < CPT / 16; ++q)
@@ -500,13 +494,12 @@ __device__ __forceinline__ void write_rows_impl(
     if (tr == 0 && rbad) atomicAdd(&counters[0], 1ull);
 }
 
-// CTAs per SM the register budget is set for: the most without spills, 4 (64 registers) without a
-// witness and with one at 8-bit dither, 3 (80) with one at 16 and 24 bits (at 64 registers ptxas
-// spilled 48–68 bytes there)
-__host__ __device__ constexpr int wr_min_blocks(bool wit, int bits) { return wit && bits != 8 ? 3 : 4; }
+// CTAs per SM the register budget is set for: 4 (64 registers), at every dither width, with a
+// witness or not (no spills: see wr_quantize)
+#define WR_MIN_BLOCKS 4
 
 #define WC_WRITE_ENTRY(D, BITS, WIT, SUFFIX)                                                              \
-    extern "C" __global__ void __launch_bounds__(WR_THREADS, wr_min_blocks(WIT, BITS))                    \
+    extern "C" __global__ void __launch_bounds__(WR_THREADS, WR_MIN_BLOCKS)                          \
         write_rows_##D##_##BITS##SUFFIX(                                                                  \
             const void* xk, const void* xv, int in_dtype, int vec, const i64* slots, const i64* dest_rows, int n, \
             int H, i64 N, int layer, int head_base, int plane_layer, int side0, int nsides, int gs_shift, int NP2, \
