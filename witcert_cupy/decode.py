@@ -38,9 +38,20 @@ class PageTable:
         n = self.num_pages_of(b)
         return 0 if n == 0 else (n - 1) * page_size + int(self.last_page_len[b])
 
+    def pages(self, b):
+        """The page ids of request ``b``, in order."""
+        return self.indices[self.indptr[b]:self.indptr[b + 1]]
+
+    def rows(self, rows):
+        """The page table of the requests ``rows`` alone, in that order."""
+        rows = np.asarray(rows, np.int64)
+        indptr = np.concatenate([[0], np.cumsum(np.diff(self.indptr)[rows])]).astype(np.int32)
+        indices = np.concatenate([self.pages(b) for b in rows] or [np.zeros(0, np.int32)]).astype(np.int32)
+        return PageTable(indptr, indices, self.last_page_len[rows].astype(np.int32))
+
     def slots(self, b, page_size):
         """int64 slot ids of request ``b`` in sequence order."""
-        pages = self.indices[self.indptr[b]:self.indptr[b + 1]].astype(np.int64)
+        pages = self.pages(b).astype(np.int64)
         if pages.size == 0:
             return np.zeros(0, np.int64)
         s = (pages[:, None] * page_size + np.arange(page_size)[None, :]).reshape(-1)

@@ -145,25 +145,22 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
         report.over_threshold = over
         if not over.any() or report.rounds == max_rounds or report.tier_full:
             break
+        A1, growth = _a_parts(res, host)
         if full_contrib:
             rows, ranked = np.arange(B), res
         else:
             rows = np.flatnonzero(over.any(1))
-            q_r, ip_r, ix_r, ll_r = _batch_rows(qq, pt, rows, be)
+            q_r, ip_r, ix_r, ll_r = _rows_of(qq, pt, rows, be)
             ranked = _decode(q_r, pool, be, layer, ip_r, ix_r, ll_r, sm_scale, cert, num_splits, True, charge=False)
             report.decodes += 1
-        # A of every row, the ranked rows' from the decode whose contributions decompose it
-        A1 = _a_of(host(res.log_a))            # Σ p̃ e^{c}: what the page contributions decompose
-        A1[rows] = _a_of(host(ranked.log_a))
-        # the reported bound is on A1 raised by Γ and log A's resolution (SPEC §5, risk_from_log_a)
-        growth = _a_of(cert_mod.log_a_raise(host(res.lse), host(res.gamma)))
-        growth[rows] = _a_of(cert_mod.log_a_raise(host(ranked.lse), host(ranked.gamma)))
+            # the ranked rows' A from the decode whose contributions decompose it
+            A1[rows], growth[rows] = _a_parts(ranked, host)
         A = A1 * growth
         contrib_rows = host(ranked.page_contrib)   # [len(rows), Hq, pages]
         repaired_before = report.pages_repaired
         predicted = A.copy()
         for i, b in enumerate(rows):
-            pages = pt.indices[pt.indptr[b]:pt.indptr[b + 1]]
+            pages = pt.pages(b)
             for h in range(pool.num_kv_heads):
                 heads = [h * G + g for g in range(G) if over[b, h * G + g]]
                 if not heads:
@@ -212,18 +209,22 @@ def gated_decode(q, pool, *, layer, kv_indptr, kv_indices, kv_last_page_len, cer
     return res, report
 
 
-def _batch_rows(q, pt, rows, be):
+def _a_parts(res, host):
+    """``(A1, growth)`` per row and head of a decode: ``A1 = Σ p̃ e^{c}`` (what the page
+    contributions decompose) and the factor the reported bound raises it by (Γ and log A's
+    resolution, SPEC §5, risk_from_log_a)."""
+    return _a_of(host(res.log_a)), _a_of(cert_mod.log_a_raise(host(res.lse), host(res.gamma)))
+
+
+def _rows_of(q, pt, rows, be):
     """``(q, kv_indptr, kv_indices, kv_last_page_len)`` of the batch rows ``rows`` alone (``pt`` the
     validated host page table), on the backend's device."""
-    counts = np.diff(pt.indptr)[rows]
-    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    indices = np.concatenate([pt.indices[pt.indptr[b]:pt.indptr[b + 1]] for b in rows]).astype(np.int32)
-    last = pt.last_page_len[rows].astype(np.int32)
+    sub = pt.rows(rows)
     if be == "cuda":
         import cupy as cp
 
-        return to_cupy(q)[cp.asarray(rows)], cp.asarray(indptr), cp.asarray(indices), cp.asarray(last)
-    return q[rows], indptr, indices, last
+        return (to_cupy(q)[cp.asarray(rows)], *map(cp.asarray, (sub.indptr, sub.indices, sub.last_page_len)))
+    return q[rows], sub.indptr, sub.indices, sub.last_page_len
 
 
 def served_rows(pool, layer, page_table, b):
