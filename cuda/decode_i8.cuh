@@ -1151,7 +1151,7 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
 #define WC_I8_INST_G_CLASSES(D)                                                                                \
     WC_I8_INST_GB(D, 1, 8) WC_I8_INST_GB(D, 4, 8) WC_I8_INST_GB(D, 7, 8) WC_I8_INST_GB(D, 8, 8) WC_I8_INST_GB(D, 1, 16) \
         WC_I8_INST_GB(D, 8, 16)
-#ifdef WITCERT_I8_G_CLASSES
+#ifdef WITCERT_G_CLASSES
 #define WC_I8_INST(D) WC_I8_INST_G_CLASSES(D)
 #else
 #define WC_I8_INST(D) WC_I8_INST_EVERY_G(D)

@@ -32,21 +32,35 @@ def _entries_without_local_memory(log):
     return entries
 
 
-# decode_i8.cuh's WC_I8_INST_G_CLASSES: one G of each class ptxas compiles alike, what this file
-# compiles of the form-(I) kernel unless WITCERT_COMPILE_EVERY_G=1 (the three head dims' every-G
-# compiles were over a third of CI's time)
+# The G classes this file compiles of the decode kernels unless WITCERT_COMPILE_EVERY_G=1 (the GPU
+# session's compile step; every G's compiles were over half of CI's time), -DWITCERT_G_CLASSES in
+# the sources, each of which says why its classes: decode_i8.cuh's WC_I8_INST_G_CLASSES (one G of
+# each class ptxas compiles alike, at 16-bit dither their extremes), decode.cu's and decode_v2.cu's
+# (the G nearest each register bound)
 I8_G_CLASSES = (1, 4, 7, 8)
 I8_G_CLASSES_WIDE = (1, 8)  # ... at 16-bit dither: the classes' extremes (their registers' headroom)
+GENERAL_G_CLASSES = (1, 4, 7, 8)  # decode.cu
+V2_G_CLASSES = (3, 4, 7, 8)  # decode_v2.cu
+G_CLASS_SOURCES = ("decode.cu", "decode_v2.cu")  # and every decode_i8_d*.cu
 
 
 def _every_g():
     return os.environ.get("WITCERT_COMPILE_EVERY_G") == "1"
 
 
+def _g_classes(name):
+    """Whether ``name`` is compiled at its G classes only."""
+    return (name in G_CLASS_SOURCES or name.startswith("decode_i8_")) and not _every_g()
+
+
+def _gs(classes):
+    return range(1, 9) if _every_g() else classes
+
+
 def _scope_defines(name):
-    """The instantiation scope's defines for ``name``: -DWITCERT_INSTANTIATE_ALL, and for the
-    form-(I) sources the G classes unless every G is asked for."""
-    return ["-DWITCERT_INSTANTIATE_ALL"] + (["-DWITCERT_I8_G_CLASSES"] if name.startswith("decode_i8_") and not _every_g() else [])
+    """The instantiation scope's defines for ``name``: -DWITCERT_INSTANTIATE_ALL, and for the decode
+    sources the G classes unless every G is asked for."""
+    return ["-DWITCERT_INSTANTIATE_ALL"] + (["-DWITCERT_G_CLASSES"] if _g_classes(name) else [])
 
 
 def _assert_i8_instances(name, entries):
@@ -62,7 +76,7 @@ def _assert_i8_instances(name, entries):
         ([(2, 1, 0, 0), (2, 1, 1, 0)] if d <= geo.I8_PAGES_MAX_D else [])
     n = 0
     for bits, classes in ((8, I8_G_CLASSES), (16, I8_G_CLASSES_WIDE)):
-        gs = range(1, 9) if _every_g() else classes
+        gs = _gs(classes)
         for g in gs:
             for c, p, x, o in modes:
                 assert any(f"decode_stage1_i8ILi{d}ELi{g}ELi{c}ELb{p}ELb{x}ELb{o}ELi{bits}EEv" in e for e in entries), \
@@ -74,17 +88,21 @@ def _assert_i8_instances(name, entries):
 def _assert_instances(name, entries):
     """Every instantiation the library launches from ``name`` is among the compiled ``entries``."""
     if name == "decode.cu":  # every (head dim, group), INT8 and fp16 stores
+        gs = _gs(GENERAL_G_CLASSES)
         for d in (64, 128, 256):
-            for g in range(1, 9):
+            for g in gs:
                 for f in ("Lb0", "Lb1"):
                     assert any(f"decode_stage1ILi{d}ELi{g}E{f}E" in e for e in entries), (d, g, f)
+        assert len([e for e in entries if "decode_stage1ILi" in e]) == 3 * len(gs) * 2
     if name == "decode_v2.cu":
-        for g in range(1, 9):
+        gs = _gs(V2_G_CLASSES)
+        for g in gs:
             for bits in (8, 16, 24):  # each dither resolution; the general layout and PLAIN, with
                 # the warps on the sides (split 0) or on each row's channels (split 1)
                 for plain, split in ((0, 0), (1, 0), (1, 1)):
                     kernel = f"decode_stage1_v2ILi{g}ELi{bits}ELb{plain}ELb{split}EE"
                     assert any(kernel in e for e in entries), (g, bits, plain, split)
+        assert len([e for e in entries if "decode_stage1_v2" in e]) == len(gs) * 3 * 3
     if name == "decode_f16.cu":  # (G, certified)
         for g in range(1, 9):
             for c in (0, 1):
@@ -104,7 +122,7 @@ def _assert_instances(name, entries):
 
 @pytest.mark.parametrize("name", SOURCES)
 def test_compiles_for_sm90_without_spills_or_warnings(name, tmp_path):
-    """nvcc, every instantiation (the form-(I) kernel's at its G classes, I8_G_CLASSES): no warnings,
+    """nvcc, every instantiation (the decode kernels' at their G classes): no warnings,
     no stack frames or spills.  Where NVRTC is found,
     test_compiles_with_nvrtc_as_cupy_does makes the same checks (front end, instantiations, ptxas)
     with the compiler the library loads its kernels with, on the source CuPy compiles, and this one
@@ -309,8 +327,8 @@ def test_source_hash_tracks_every_file():
 @pytest.mark.parametrize("name", SOURCES)
 def test_compiles_with_nvrtc_as_cupy_does(name):
     """NVRTC, with CuPy's own additions (-arch, -ftz=true) and our options, on the inlined source,
-    every instantiation (each one the library launches is there; the form-(I) kernel's at its G
-    classes, I8_G_CLASSES): no warnings, no stack frames or
+    every instantiation (each one the library launches is there; the decode kernels' at their G
+    classes): no warnings, no stack frames or
     spills.  NVRTC is what CuPy builds with,
     and its ptxas is not nvcc's: nvcc 13.0 found no spills in the kernels where NVRTC 13.0.88 (and
     the device) found 8–40 bytes (docs/performance.md)."""
