@@ -21,11 +21,12 @@ def _gpu_available():
 # touched; two workers spent 368 CPU-seconds (and 204 s) on the CPU tests that one process runs in
 # 208 s, 146 of them compiling.  GPU tests stay ungrouped (spread over the GPU machine's workers).
 NUMBA_GROUP = "cpu_numba"
+NO_NUMBA = ("test_cuda_compile.py", "test_proofs.py")  # (nvcc, NVRTC and Coq: balanced freely)
 
 
 def _group_cpu_tests(items):
     for item in items:
-        if "gpu" not in item.keywords and item.path.name != "test_cuda_compile.py":
+        if "gpu" not in item.keywords and item.path.name not in NO_NUMBA:
             item.add_marker(pytest.mark.xdist_group(NUMBA_GROUP))
 
 
