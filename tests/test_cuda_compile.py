@@ -86,7 +86,8 @@ def _assert_i8_instances(name, entries):
 
 
 def _assert_instances(name, entries):
-    """Every instantiation the library launches from ``name`` is among the compiled ``entries``."""
+    """Every instantiation the library launches from ``name`` is among the compiled ``entries`` (the
+    decode kernels' at their G classes unless every G is asked for, and then no other)."""
     if name == "decode.cu":  # every (head dim, group), INT8 and fp16 stores
         gs = _gs(GENERAL_G_CLASSES)
         for d in (64, 128, 256):
