@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: the environment, the GPU test suite, the compute-sanitizer fuzz, the
-# form-(I) kernel's compile check at every G and
+# decode kernels' compile check at every G (CI compiles their G classes) and
 # (unless MODE is `tests`) the product benchmarks, everything written under $OUT.
 #   bash bench/gpu_session.sh [tests|bench|full]
 #     tests: GPU tests and the memcheck fuzz; bench: the benchmarks only; full: both (the default)
