@@ -55,6 +55,13 @@ def make_baseline(rev: str, out: Path) -> None:
     print(f"baseline {rev} written to {out}", file=sys.stderr)
 
 
+def baseline_error(tree) -> str | None:
+    """Why ``tree`` is not a tree written by ``--make-baseline`` (None when it is one): the check
+    every tool comparing against a baseline tree makes before importing it."""
+    return None if (Path(tree) / "witcert_cupy").is_dir() else \
+        f"no witcert_cupy/ in {tree} (write one with bench/cert_cost.py --make-baseline)"
+
+
 def import_baseline(tree: Path):
     """The package in ``tree`` imported as ``witcert_base`` (a renamed copy; its kernels in its own
     ``cuda/``, which its kernel loader finds beside the package)."""
@@ -187,8 +194,8 @@ def main(argv=None):
         return 0
     if not args.baseline:
         ap.error("--baseline DIR is required (write one with --make-baseline REV DIR)")
-    if not (Path(args.baseline) / "witcert_cupy").is_dir():
-        ap.error(f"--baseline {args.baseline}: no witcert_cupy/ there (write it with --make-baseline)")
+    if baseline_error(args.baseline):
+        ap.error(f"--baseline: {baseline_error(args.baseline)}")
     if args.reps < 1 or args.rounds < 1:
         ap.error("--reps and --rounds must be at least 1")
     measure(args)

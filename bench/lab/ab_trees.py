@@ -53,8 +53,10 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3, help="alternating timings per package (default 3)")
     ap.add_argument("--json", help="also write the summaries here")
     args = ap.parse_args(argv)
-    if not (Path(args.baseline) / "witcert_cupy").is_dir():
-        ap.error(f"baseline: no witcert_cupy/ in {args.baseline} (write one with bench/cert_cost.py --make-baseline)")
+    from cert_cost import baseline_error  # (the baseline tree's format is cert_cost's)
+
+    if baseline_error(args.baseline):
+        ap.error(f"baseline: {baseline_error(args.baseline)}")
     if args.reps < 1 or args.rounds < 1:
         ap.error("--reps and --rounds must be at least 1")
     sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
