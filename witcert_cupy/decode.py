@@ -211,7 +211,7 @@ def budget_of(pool, cert, q_shape, requests, backend):
 
 def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
     from ._cpu import decode as cpu
-    from ._cpu.decode import decode_stage1, merge_splits
+    from ._cpu.decode import decode_stage1, fp16_rows_as_bytes, merge_splits
 
     chunk, combine = cpu.DOT_ORDER  # (read per call: a test may run the CPU in a GPU kernel's order)
     form_i = (chunk, combine) == cert_mod.FORM_I_ORDER  # exact integer products (SPEC §6 form (I))
@@ -249,8 +249,9 @@ def _decode_cpu(q32, pool, layer, pt, sm_scale, cert, ns, page_contrib=False):
         if form_i:
             raise ValueError("the form-(I) logit serves INT8 pools, not stored fp16 values")
         none16 = np.zeros((pool.num_kv_heads, 1, 1), np.uint16)
-        data = (u16(pool.values[layer, 0]), none16, none16, u16(pool.witness[layer, 0]), pool.k_norm[layer],
-                u16(pool.values[layer, 1]), none16, none16, np.zeros((pool.num_kv_heads, 0), np.int32))
+        data = (fp16_rows_as_bytes(u16(pool.values[layer, 0])), none16, none16, u16(pool.witness[layer, 0]),
+                pool.k_norm[layer], fp16_rows_as_bytes(u16(pool.values[layer, 1])), none16, none16,
+                np.zeros((pool.num_kv_heads, 0), np.int32))
         quant = (0, 0, 8, d)
         scalars = cert_mod.kernel_scalars(height, sm_scale, None)
     outliers = isinstance(pool, KVPool) and pool.bypass_ch.shape[-1] > 0  # (form (I): one more rounding)

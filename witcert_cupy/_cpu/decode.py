@@ -28,6 +28,15 @@ _FLOOR2 = C.COEF_FLOOR_2
 _NONFINITE = -(1 << 30)  # normalized_sums' exponent for a non-finite entry
 _LN2 = np.float32(0.6931471805599453)  # the float nearest ln 2 (above it), as the GPU's
 
+
+def fp16_rows_as_bytes(a):
+    """A uint16 ``[..., d]`` array of fp16 bit patterns (last axis contiguous) as ``int8 [..., 2d]``,
+    zero-copy: what :func:`decode_stage1` takes for an fp16 store (and views back as uint16 a row
+    at a time), so that an fp16 store and an INT8 pool share one compiled specialization (each took
+    about 45 s of numba's compile on a cold cache)."""
+    return a.view(np.int8)
+
+
 TIER_NONE = 0
 
 # The logit's dot product: chains of DOT_ORDER[0] consecutive channels, their sums combined as
@@ -163,9 +172,10 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, norm_k, codes_v, scales_v
 
     q : float32 ``[B, Hq, d]``; ``codes_* int8 [Hkv, N, d]``; ``scales_*``, ``outl_*``, ``wit_k``:
     fp16 bits ``uint16 [Hkv, N, *]``; ``bypass_ch int32 [Hkv, 2 n_pairs]``; ``band_ch int32 [B_w, *]``.
-    With ``fp16_store`` the ``codes_*`` are fp16 bit patterns ``uint16 [Hkv, N, d]`` of stored values
-    (an fp16 cache or a black-box scheme's x̂), no dither or scales are involved, and only Tier A
-    (from the witness) is available.
+    With ``fp16_store`` the ``codes_*`` are the bytes of fp16 bit patterns of stored values (an fp16
+    cache or a black-box scheme's x̂), ``uint16 [Hkv, N, d]`` viewed as ``int8 [Hkv, N, 2d]``
+    (:func:`fp16_rows_as_bytes`; viewed back a row at a time), no dither or scales are involved, and
+    only Tier A (from the witness) is available.
     ``log_budget`` = ``log(2 / δ_loc)`` (float32, rounded up); the kernel adds ``log S``, S = every
     token the request attends (SPEC §4.3).
     c_t = min(c^A, c^B) + γ_t (SPEC §4.1): ``gamma_per_beta`` times β's sum ``Σ_g s_g·b1_g`` on
@@ -289,9 +299,10 @@ def decode_stage1(q, codes_k, scales_k, outl_k, wit_k, norm_k, codes_v, scales_v
                         kh[c] = f16_bits_to_f32(tier_k[te, off, c])
                         vh[c] = f16_bits_to_f32(tier_v[te, off, c])
                 elif fp16_store:
+                    rk, rv = codes_k[h, slot].view(np.uint16), codes_v[h, slot].view(np.uint16)
                     for c in range(d):
-                        kh[c] = f16_bits_to_f32(codes_k[h, slot, c])
-                        vh[c] = f16_bits_to_f32(codes_v[h, slot, c])
+                        kh[c] = f16_bits_to_f32(rk[c])
+                        vh[c] = f16_bits_to_f32(rv[c])
                 else:
                     dither_row(xi, slot, 0, layer, h + head_base, 0, k0, k1, bits)
                     if form_i:  # the dither fields j' = 255 − j (ξ = (255 − 2j')/512, exactly; 16 bits:
