@@ -4,5 +4,5 @@
 
 #ifdef WITCERT_INSTANTIATE_ALL
 #define WC_I8_INST_PAGES(D, G, BITS)  // (page contributions: d <= 128)
-WC_I8_INST(256)
+WC_I8_INST_OTHER_D(256)
 #endif

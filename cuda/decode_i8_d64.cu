@@ -4,5 +4,5 @@
 
 #ifdef WITCERT_INSTANTIATE_ALL
 #define WC_I8_INST_PAGES(D, G, BITS) WC_I8_INST1B(D, G, 2, true, false, false, BITS) WC_I8_INST1B(D, G, 2, true, true, false, BITS)
-WC_I8_INST(64)
+WC_I8_INST_OTHER_D(64)
 #endif

@@ -35,10 +35,13 @@ def _entries_without_local_memory(log):
 # The G classes this file compiles of the decode kernels unless WITCERT_COMPILE_EVERY_G=1 (the GPU
 # session's compile step; every G's compiles were over half of CI's time), -DWITCERT_G_CLASSES in
 # the sources, each of which says why its classes: decode_i8.cuh's WC_I8_INST_G_CLASSES (one G of
-# each class ptxas compiles alike, at 16-bit dither their extremes), decode.cu's and decode_v2.cu's
-# (the G nearest each register bound)
+# each class ptxas compiles alike, at 16-bit dither their extremes; at head dims other than 128,
+# WC_I8_INST_D_CLASS: one G per dither width), decode.cu's and decode_v2.cu's (the G nearest each
+# register bound)
 I8_G_CLASSES = (1, 4, 7, 8)
 I8_G_CLASSES_WIDE = (1, 8)  # ... at 16-bit dither: the classes' extremes (their registers' headroom)
+# ... at head dims other than 128, one G per dither width (decode_i8.cuh: WC_I8_INST_D_CLASS)
+I8_D_CLASS = {8: (8,), 16: (1,)}
 GENERAL_G_CLASSES = (1, 4, 7, 8)  # decode.cu
 V2_G_CLASSES = (3, 4, 7, 8)  # decode_v2.cu
 G_CLASS_SOURCES = ("decode.cu", "decode_v2.cu")  # and every decode_i8_d*.cu
@@ -65,7 +68,9 @@ def _scope_defines(name):
 
 def _assert_i8_instances(name, entries):
     """decode_i8_d{D}.cu instantiated every (G, tier, page contributions, exact tier, outlier pairs,
-    dither bits) the library launches at its head dim (geometry.py: pages up to I8_PAGES_MAX_D)."""
+    dither bits) the library launches at its head dim (geometry.py: pages up to I8_PAGES_MAX_D), G at
+    its classes (d = 128) or the head dim's one G per dither width (d = 64 and 256) unless every G is
+    asked for."""
     from witcert_cupy._cuda import geometry as geo
 
     d = int(re.fullmatch(r"decode_i8_d(\d+)\.cu", name).group(1))
@@ -76,7 +81,7 @@ def _assert_i8_instances(name, entries):
         ([(2, 1, 0, 0), (2, 1, 1, 0)] if d <= geo.I8_PAGES_MAX_D else [])
     n = 0
     for bits, classes in ((8, I8_G_CLASSES), (16, I8_G_CLASSES_WIDE)):
-        gs = _gs(classes)
+        gs = _gs(classes if d == 128 else I8_D_CLASS[bits])
         for g in gs:
             for c, p, x, o in modes:
                 assert any(f"decode_stage1_i8ILi{d}ELi{g}ELi{c}ELb{p}ELb{x}ELb{o}ELi{bits}EEv" in e for e in entries), \
