@@ -166,3 +166,19 @@ def test_fp16pool_errors_and_nonfinite():
     assert int(pool.nonfinite_writes[0]) == 1
     r = decode(pool, table, q, cert=wc.CertConfig(tier="A"))
     assert np.all(np.isinf(r.risk[0, :4])) and np.all(np.isfinite(r.risk[0, 4:]))
+
+
+def test_fp16_store_and_int8_pool_share_one_cpu_decode_specialization():
+    """The CPU decode of an fp16 store and of an INT8 pool run one compiled stage 1 (a second numba
+    specialization cost about 45 s of compile in every cold process)."""
+    from witcert_cupy._cpu.decode import decode_stage1
+
+    rng = np.random.default_rng(5)
+    fp16, table = build(rng, [40, 17], bands=8)
+    pool = wc.KVPool(1, 2, 128, fp16.num_pages, 16, wc.QuantConfig(128, witness_bands=8), backend="cpu")
+    for s in table[3]:
+        pool.write(0, np.asarray(s), random_rows(rng, len(s), 2, 128), random_rows(rng, len(s), 2, 128))
+    q = rng.standard_normal((2, 8, 128)).astype(np.float32)
+    for p in (fp16, pool):
+        assert np.isfinite(_host(decode(p, table, q, cert=wc.CertConfig(tier="A")).tv_bound)).all()
+    assert len(decode_stage1.signatures) == 1, decode_stage1.signatures
