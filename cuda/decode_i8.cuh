@@ -1156,7 +1156,7 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
 // at d = 64 and 256 were within 8 of d = 128's at 8-bit dither (every one at or near its bound of 168,
 // none spilling) and 163–230 against 255 at 16 bits, nvcc 13.0: d = 128 carries the G classes, these
 // carry what depends on the head dim (the warps' count and shared-memory layout).  Together the
-// three files were over 80% of CI's compile time.
+// three files were about 70% of CI's compile time.
 #define WC_I8_INST_D_CLASS(D) WC_I8_INST_GB(D, 8, 8) WC_I8_INST_GB(D, 1, 16)
 #ifdef WITCERT_G_CLASSES
 #define WC_I8_INST(D) WC_I8_INST_G_CLASSES(D)
