@@ -194,8 +194,9 @@ def main(argv=None):
         return 0
     if not args.baseline:
         ap.error("--baseline DIR is required (write one with --make-baseline REV DIR)")
-    if baseline_error(args.baseline):
-        ap.error(f"--baseline: {baseline_error(args.baseline)}")
+    bad = baseline_error(args.baseline)
+    if bad:
+        ap.error(f"--baseline: {bad}")
     if args.reps < 1 or args.rounds < 1:
         ap.error("--reps and --rounds must be at least 1")
     measure(args)

@@ -31,8 +31,9 @@ def main(argv=None):
     sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
     from cert_cost import baseline_error  # (the baseline tree's format is cert_cost's)
 
-    if baseline_error(args.baseline):
-        ap.error(f"baseline: {baseline_error(args.baseline)}")
+    bad = baseline_error(args.baseline)
+    if bad:
+        ap.error(f"baseline: {bad}")
     if args.reps < 1 or args.rounds < 1 or args.tokens < 16 or args.tokens % 16:
         ap.error("--reps and --rounds must be at least 1, --tokens a positive multiple of 16")
     import cupy as cp
