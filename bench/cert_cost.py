@@ -11,7 +11,9 @@ machine has no git history).  The timed run copies that tree to a temporary dire
 ``witcert_base`` (every ``witcert_cupy`` import renamed), builds each package's own pool with its own
 write path from the same random codes, and times each configuration's plans per package in CUDA
 graphs (bench/decode.py's method), ``--rounds`` times in alternation; the median over rounds is
-reported.  Writes ``cert-cost.json`` (rows: shape, config, kernels, base_us, this_us, change_pct).
+reported.  Writes ``cert-cost.json`` (rows: shape, config, kernels, base_us, this_us, change_pct, and
+``same_o``/``same_cert``: whether the first launch's outputs and certificates are the same bits in both
+trees, as a kernel change that keeps the arithmetic should read against the tree before it).
 """
 
 from __future__ import annotations
@@ -141,10 +143,16 @@ def measure(args):
             rot = rotations(B * hkv * ctx * per_tok, l2)
             cases = {"base": Case(base, store, bits, shape, rot), "this": Case(this, store, bits, shape, rot)}
             plans = {k: c.plans(tier) for k, c in cases.items()}
+            first = {}
             for k, ps in plans.items():  # verify before timing: every cell certified
                 ps[0].launch()
-                tv = ps[0].result().tv_bound
-                assert bool(cp.all(cp.isfinite(tv))), f"{k}: non-finite certificate ({label})"
+                r = ps[0].result()
+                assert bool(cp.all(cp.isfinite(r.tv_bound))), f"{k}: non-finite certificate ({label})"
+                first[k] = (cp.asnumpy(r.o), cp.asnumpy(r.tv_bound))
+            # (a baseline that should compute the same bits, a kernel change that keeps the arithmetic:
+            # both true; against the default baseline, whose certificate has no evaluation term, false)
+            same_o, same_cert = (bool(np.array_equal(first["base"][i], first["this"][i], equal_nan=True))
+                                 for i in (0, 1))
             times = {k: [] for k in plans}
             for _ in range(args.rounds):
                 for k, ps in plans.items():
@@ -153,10 +161,11 @@ def measure(args):
             row = dict(batch=B, hq=hq, hkv=hkv, context=ctx, config=label,
                        kernels={k: ps[0].kernel_name for k, ps in plans.items()},
                        base_us=med["base"], this_us=med["this"], rounds=times,
-                       change_pct=100.0 * (med["this"] / med["base"] - 1.0))
+                       change_pct=100.0 * (med["this"] / med["base"] - 1.0), same_o=same_o, same_cert=same_cert)
             rows.append(row)
             print(f"    {label:<18} base {med['base']:8.1f} us ({row['kernels']['base']})  this {med['this']:8.1f} us "
-                  f"({row['kernels']['this']})  {row['change_pct']:+.1f}%", file=sys.stderr, flush=True)
+                  f"({row['kernels']['this']})  {row['change_pct']:+.1f}%  same o/cert {same_o}/{same_cert}", file=sys.stderr,
+                  flush=True)
             del plans, cases
             cp.get_default_memory_pool().free_all_blocks()
     out = Path(args.out)
