@@ -24,10 +24,24 @@ NUMBA_GROUP = "cpu_numba"
 NO_NUMBA = ("test_cuda_compile.py", "test_proofs.py")  # (nvcc, NVRTC and Coq: balanced freely)
 
 
+# ... and the longest of the rest first, longest first: loadgroup hands out units in collection order
+# (the numba group, the largest, goes first), so a long compile collected last ran on after the other
+# worker was idle.  Cold CPU-seconds on a 2-core machine: the form-(I) d = 128 NVRTC compile 178, the
+# proofs 74, d = 256 60, decode_v2 56, d = 64 53, decode.cu 49, write 31, extend 26 and 25, f16 19.
+LONGEST_FIRST = tuple(f"test_compiles_with_nvrtc_as_cupy_does[{n}]" for n in ("decode_i8_d128.cu",)) + (
+    "test_proofs_build_and_pass_the_check",) + tuple(
+    f"test_compiles_with_nvrtc_as_cupy_does[{n}]" for n in (
+        "decode_i8_d256.cu", "decode_v2.cu", "decode_i8_d64.cu", "decode.cu", "write.cu", "extend_tc.cu")) + (
+    "test_extend_wgmma_path_compiles_for_sm90a_without_spills_or_warnings",
+    "test_compiles_with_nvrtc_as_cupy_does[decode_f16.cu]")
+
+
 def _group_cpu_tests(items):
     for item in items:
         if "gpu" not in item.keywords and item.path.name not in NO_NUMBA:
             item.add_marker(pytest.mark.xdist_group(NUMBA_GROUP))
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.name, len(rank)))  # stable: the rest keep their order
 
 
 def pytest_collection_modifyitems(config, items):
