@@ -14,9 +14,9 @@
 // every channel of every K and V row of it.  Its 32-token tiles go through a two-group cp.async pipeline per side, private to
 // the warp:
 //   K(i) [+ the witness rows] lands → lanes t and t ± 16 hold token t's two channel halves: the
-//        G partial dot products, traded between the two lanes (then lane = token); the online
-//        softmax, c_t and λ;
-//        → K(i+1) is issued into the freed buffer;
+//        G partial dot products, traded between the two lanes (then lane = token), and c^A from
+//        the witness rows
+//        → K(i+1) is issued into the freed buffer; the online softmax, c_t and λ (registers only);
 //   V(i) lands → lane = 4 of the output channels: o += P·V̂ in token order
 //        → V(i+1) is issued.
 // So each side's next rows load under the other side's arithmetic.  A tile whose two halves are
@@ -53,17 +53,43 @@ __device__ __forceinline__ void f16_x8(const uint4& w, float (&x)[8]) {
 }
 
 // Σ_b a_{g,b} w_{t,b} per head in band order (SPEC §4, Tier A) from a staged witness row of NB
-// bands, NB a compile-time constant so that every access has a known width and bound (eight
-// bands per step: a whole unroll of 64 bands costs registers the P·V loop needs)
+// bands, NB a compile-time constant.  From 8 bands the lane's row is read 16 bytes at a time: the
+// rows sit NB·2 bytes apart, so the lanes 0, 4, 8, … of a 2-byte load read one bank (eight-way
+// conflicts at 16 bands, sixteen loads a row), where a 16-byte load conflicts two ways.  Each head's
+// sum still runs in band order: the same bits.
 template <int NB, int G>
 __device__ __forceinline__ void f16_tier_a(const u16* __restrict__ wr, const float* __restrict__ a_band,
                                            float (&ca)[G]) {
-    constexpr int UB = NB < 8 ? NB : 8;
-#pragma unroll (UB)
-    for (int bb = 0; bb < NB; ++bb) {
-        const float wv = f16_to_f32(wr[bb]);
+    if constexpr (NB >= 8) {
+#pragma unroll 2
+        for (int b8 = 0; b8 < NB; b8 += 8) {
+            uint4 w;  // one 16-byte load (the compiler split a uint4 dereference into four)
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                         : "r"(smem_addr(wr + b8)));
+            float wv[8];
+            f16_x8(w, wv);
 #pragma unroll
-        for (int g = 0; g < G; ++g) ca[g] += a_band[g * NB + bb] * wv;
+            for (int g = 0; g < G; ++g) {
+                const float4 a0 = *reinterpret_cast<const float4*>(a_band + g * NB + b8);
+                const float4 a1 = *reinterpret_cast<const float4*>(a_band + g * NB + b8 + 4);
+                ca[g] += a0.x * wv[0];
+                ca[g] += a0.y * wv[1];
+                ca[g] += a0.z * wv[2];
+                ca[g] += a0.w * wv[3];
+                ca[g] += a1.x * wv[4];
+                ca[g] += a1.y * wv[5];
+                ca[g] += a1.z * wv[6];
+                ca[g] += a1.w * wv[7];
+            }
+        }
+    } else {
+#pragma unroll
+        for (int bb = 0; bb < NB; ++bb) {
+            const float wv = f16_to_f32(wr[bb]);
+#pragma unroll
+            for (int g = 0; g < G; ++g) ca[g] += a_band[g * NB + bb] * wv;
+        }
     }
 }
 
@@ -340,6 +366,15 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
 #pragma unroll
                 for (int g = 0; g < G; ++g) ct[g] = ca[g];
             }
+            // K(i+1) loads from here, under this tile's c_t, softmax, λ and P·V: the K buffer and the
+            // witness rows have had their last reads (the dot products, c^A), and the work after
+            // them needs only registers and P, so it no longer delays the next tile's request
+            __syncwarp();  // every lane is done with this tile's K rows and witness rows
+            if (more) {
+                stage_k(slotn, vmn);
+            } else {
+                cp_async_commit();  // an empty group keeps the wait counts uniform
+            }
             if (CERT && certifier) {  // c_t = (c^A + γ_t)·slack as ca·slack + (g·slack)·||x_t||
 #pragma unroll
                 for (int g = 0; g < G; ++g) {
@@ -361,15 +396,6 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
                 for (int j = 0; j < CPL; ++j) acc[g][j] *= scg[g];  // o's rescale, before this tile's P·V
                 P[g][lane] = p[g];
                 if (CERT && certifier && tier && valid) lambda_add(ct[g], lt[g], m2[g], l2[g], cmx[g]);
-            }
-
-            // K(i+1) loads under this tile's P·V and the next tile's set-up (issued once the
-            // softmax has run)
-            __syncwarp();  // every lane is done with this tile's K rows and witness rows
-            if (more) {
-                stage_k(slotn, vmn);
-            } else {
-                cp_async_commit();  // an empty group keeps the wait counts uniform
             }
 
             // ---- V(i): lane = output channels c0 + CPL·lane + j, token order
