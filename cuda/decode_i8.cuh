@@ -1146,11 +1146,11 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
 // thread and which mma rows are predicated off; registers equal within a class, nvcc 13.0 at every
 // tier and mode): CI's compile check (tests/test_cuda_compile.py, where WITCERT_COMPILE_EVERY_G=1
 // checks every G) instantiates these, which halves its longest compiles.  At 16-bit dither the
-// classes' extremes, G = 1 and 8: its instances sit 24 or more registers below their bound of 255
-// (163–231 at every class, nvcc 13.0), and its compiles are the longest.
+// class nearest the register bound, G = 8: its instances sit 24 or more registers below their
+// bound of 255 (163–231 at every class, nvcc 13.0), its compiles are the longest, and G = 1 (the
+// fewest registers) is compiled at head dims 64 and 256 (WC_I8_INST_D_CLASS), the same warp code.
 #define WC_I8_INST_G_CLASSES(D)                                                                                \
-    WC_I8_INST_GB(D, 1, 8) WC_I8_INST_GB(D, 4, 8) WC_I8_INST_GB(D, 7, 8) WC_I8_INST_GB(D, 8, 8) WC_I8_INST_GB(D, 1, 16) \
-        WC_I8_INST_GB(D, 8, 16)
+    WC_I8_INST_GB(D, 1, 8) WC_I8_INST_GB(D, 4, 8) WC_I8_INST_GB(D, 7, 8) WC_I8_INST_GB(D, 8, 8) WC_I8_INST_GB(D, 8, 16)
 // ... and at head dims 64 and 256 one G per dither width (8 bits: G = 8; 16 bits: G = 1): a warp's
 // code is the same 64 channels at every head dim (D / 64 warps per CTA), and an instance's registers
 // at d = 64 and 256 were within 8 of d = 128's at 8-bit dither (every one at or near its bound of 168,

@@ -27,8 +27,8 @@ NO_NUMBA = ("test_cuda_compile.py", "test_proofs.py")  # (nvcc, NVRTC and Coq: b
 
 # ... and the longest of the rest first, longest first: loadgroup hands out units in collection order
 # (the numba group, the largest, goes first), so a long compile collected last ran on after the other
-# worker was idle.  Cold CPU-seconds on a 2-core machine: the form-(I) d = 128 NVRTC compile 178, the
-# proofs 74, d = 256 60, decode_v2 56, d = 64 53, decode.cu 49, write 31, extend 26 and 25, f16 19.
+# worker was idle.  The order is that of their cold times on a 2-core machine (the form-(I) d = 128
+# compile about three times the next, the proofs, each of the others 15–75 s).
 LONGEST_FIRST = tuple(f"test_compiles_with_nvrtc_as_cupy_does[{n}]" for n in ("decode_i8_d128.cu",)) + (
     "test_proofs_build_and_pass_the_check",) + tuple(
     f"test_compiles_with_nvrtc_as_cupy_does[{n}]" for n in (
@@ -59,7 +59,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_collection_finish(session):
     """Warn when --dist loadgroup did not take the group: xdist carries it in the node id, which
     pytest 9.2 stopped letting plugins change (pyproject.toml pins below it)."""
-    if not session.config.getvalue("loadgroup"):
+    if not getattr(session.config.option, "loadgroup", False):  # (set by xdist in its workers)
         return
     lost = [item for item in session.items if any(True for _ in item.iter_markers("xdist_group"))
             and "@" not in item.nodeid.rsplit("]", 1)[-1]]
