@@ -29,12 +29,11 @@ NO_NUMBA = ("test_cuda_compile.py", "test_proofs.py")  # (nvcc, NVRTC and Coq: b
 # (the numba group, the largest, goes first), so a long compile collected last ran on after the other
 # worker was idle.  The order is that of their cold times on a 2-core machine (the form-(I) d = 128
 # compile about three times the next, the proofs, each of the others 15–75 s).
-LONGEST_FIRST = tuple(f"test_compiles_with_nvrtc_as_cupy_does[{n}]" for n in ("decode_i8_d128.cu",)) + (
-    "test_proofs_build_and_pass_the_check",) + tuple(
-    f"test_compiles_with_nvrtc_as_cupy_does[{n}]" for n in (
-        "decode_i8_d256.cu", "decode_v2.cu", "decode_i8_d64.cu", "decode.cu", "write.cu", "extend_tc.cu")) + (
-    "test_extend_wgmma_path_compiles_for_sm90a_without_spills_or_warnings",
-    "test_compiles_with_nvrtc_as_cupy_does[decode_f16.cu]")
+_NVRTC = "test_compiles_with_nvrtc_as_cupy_does[{}]"
+LONGEST_FIRST = (_NVRTC.format("decode_i8_d128.cu"), "test_proofs_build_and_pass_the_check",
+                 *(_NVRTC.format(n) for n in ("decode_i8_d256.cu", "decode_v2.cu", "decode_i8_d64.cu", "decode.cu",
+                                              "write.cu", "extend_tc.cu")),
+                 "test_extend_wgmma_path_compiles_for_sm90a_without_spills_or_warnings", _NVRTC.format("decode_f16.cu"))
 
 
 def _group_cpu_tests(items):
@@ -61,7 +60,7 @@ def pytest_collection_finish(session):
     pytest 9.2 stopped letting plugins change (pyproject.toml pins below it)."""
     if not getattr(session.config.option, "loadgroup", False):  # (set by xdist in its workers)
         return
-    lost = [item for item in session.items if any(True for _ in item.iter_markers("xdist_group"))
+    lost = [item for item in session.items if item.get_closest_marker("xdist_group") is not None
             and "@" not in item.nodeid.rsplit("]", 1)[-1]]
     if lost:
         warnings.warn(f"--dist loadgroup: {len(lost)} grouped tests lost their group (node id "
