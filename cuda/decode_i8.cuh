@@ -530,7 +530,10 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
 #pragma unroll
     for (int j = 0; j < (OUTL ? I8_OUTL_MAX : 1); ++j) ov[j] = 0.0f;
     cs[0] = cs[1] = 0.0f;
-    bool hbad = false, vbad = false;
+    // hbad: the head is dead, its query not finite (flag 1) or one of its logits (set in the loop).
+    // One register for both: held apart, the query's flag lived through the tile loop and with a
+    // Tier-A term NVRTC 13.0's ptxas spilled it (d = 64 at G = 1–7, d = 128 at G = 5–8)
+    bool hbad = hflags & 1, vbad = false;
     const int zero4[4] = {0, 0, 0, 0};
 
     int pe = page_entry(pg);  // (the next tile's page: its entry, once per split)
@@ -1025,7 +1028,7 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
         for (int cb = 0; cb < 4; ++cb)
 #pragma unroll
             for (int k = 0; k < 4; ++k) onf = onf || !is_finite32(o[cb][k]);
-        if (onf && g < G && !hbad && !(hflags & 1)) vbad = true;
+        if (onf && g < G && !hbad) vbad = true;
     }
     if constexpr (OUTL) {  // the quad's Σ p̃·v per outlier channel; a non-finite one as the exact tier's
         bool onf = false;
@@ -1035,7 +1038,7 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
             ov[j] += __shfl_xor_sync(0xffffffffu, ov[j], 2);
             onf = onf || !is_finite32(ov[j]);
         }
-        if (onf && g < G && !hbad && !(hflags & 1)) vbad = true;
+        if (onf && g < G && !hbad) vbad = true;
     }
     if constexpr (HALF) {  // the two halves of each head's certified tokens
         cmx = fmaxf(cmx, __shfl_xor_sync(0xffffffffu, cmx, 16));
@@ -1066,7 +1069,7 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
             gmx = fmaxf(gmx, sh.lam[ww - 1][lane][3]);
         }
     }
-    const bool dead = poisoned || hbad || (hflags & 1);
+    const bool dead = poisoned || hbad;
     if (g < G) {
         const i64 oi = ((i64)b * Hq + h * G + g) * num_splits + s;
         float* op = o_part + oi * D + I8_WARP_CH * w;

@@ -21,13 +21,25 @@ def find_nvrtc():
     return cands[0] if cands else None
 
 
-def compile_nvrtc(source, name, options):
-    """Returns ``(ok, log)``."""
+def _load():
     path = find_nvrtc()
     for b in glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so*")):
         if ".alt." not in b:  # NVRTC dlopens it by soname: load it globally first
             ctypes.CDLL(b, mode=ctypes.RTLD_GLOBAL)
-    lib = ctypes.CDLL(path)
+    return ctypes.CDLL(path)
+
+
+def nvrtc_version():
+    """``(major, minor)`` of the NVRTC library :func:`compile_nvrtc` uses."""
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    rc = _load().nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+    assert rc == 0, f"nvrtcVersion: {rc}"
+    return major.value, minor.value
+
+
+def compile_nvrtc(source, name, options):
+    """Returns ``(ok, log)``."""
+    lib = _load()
     prog = ctypes.c_void_p()
     rc = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None)
     assert rc == 0, f"nvrtcCreateProgram: {rc}"

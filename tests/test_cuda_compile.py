@@ -20,16 +20,26 @@ def test_every_source_is_checked():
     assert {"write.cu", "decode.cu"} <= set(SOURCES)
 
 
-def _entries_without_local_memory(log):
+def _entries_without_local_memory(log, allowed=None):
     """The entry functions of a ``-Xptxas -v`` log, after checking that none has a stack frame or
-    spills."""
+    spills (``allowed``: ``(pattern, bytes)``, entries matching ``pattern`` may have up to ``bytes``)."""
     entries = re.findall(r"Compiling entry function '([^']+)'", log)
     assert entries, log
     spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
     assert len(spills) >= len(entries)
-    bad = [(e, s) for e, s in zip(entries, spills) if any(int(v) for v in s)]
+    bad = [(e, s) for e, s in zip(entries, spills) if any(int(v) for v in s)
+           and not (allowed and allowed[0].search(e) and all(int(v) <= allowed[1] for v in s))]
     assert not bad, f"stack frames or spills: {bad}"
     return entries
+
+
+# The one exception, NVRTC 13.0's alone (CUDA 13.0's NVRTC, the GPU machine's CuPy; nvcc 13.0 and
+# NVRTC 13.5 spill nothing): form (I) with a Tier-A term, no page contributions, exact tier or outlier
+# pairs, 8-bit dither, at d = 128 and G = 5–8 (tier code 1 or 3) and at d = 64 and G = 1 (tier code
+# 3), spills 4–12 bytes: loop-invariant ldmatrix addresses reloaded from L1 once per tile.  Rolling
+# the Tier-A band loop removes them and measured +0.8…+2.7% (docs/performance.md); the spills,
+# nothing measurable.
+NVRTC_13_0_SPILLS = (re.compile(r"decode_stage1_i8I(Li128ELi[5-8]ELi[13]|Li64ELi1ELi3)ELb0ELb0ELb0ELi8E"), 16)
 
 
 # The G classes this file compiles of the decode kernels unless WITCERT_COMPILE_EVERY_G=1 (the GPU
@@ -345,7 +355,7 @@ def test_compiles_with_nvrtc_as_cupy_does(name):
     spills.  NVRTC is what CuPy builds with,
     and its ptxas is not nvcc's: nvcc 13.0 found no spills in the kernels where NVRTC 13.0.88 (and
     the device) found 8–40 bytes (docs/performance.md)."""
-    from nvrtc import compile_nvrtc, find_nvrtc
+    from nvrtc import compile_nvrtc, find_nvrtc, nvrtc_version
 
     if find_nvrtc() is None:
         pytest.skip("libnvrtc not found (pip install nvidia-cuda-nvrtc)")
@@ -359,7 +369,7 @@ def test_compiles_with_nvrtc_as_cupy_does(name):
     ok, log = compile_nvrtc(src, name, opts)
     assert ok, log
     assert "warning" not in log.lower(), log
-    entries = _entries_without_local_memory(log)
+    entries = _entries_without_local_memory(log, NVRTC_13_0_SPILLS if nvrtc_version() == (13, 0) else None)
     _assert_instances(name, entries)
     if name == "extend_tc.cu":  # the wgmma path as the launch layer builds it: its -arch beside CuPy's
         from witcert_cupy._cuda import extend as _cuda_extend
