@@ -532,7 +532,7 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
     cs[0] = cs[1] = 0.0f;
     // hbad: the head is dead, its query not finite (flag 1) or one of its logits (set in the loop).
     // One register for both: held apart, the query's flag lived through the tile loop and with a
-    // Tier-A term NVRTC 13.0's ptxas spilled it (d = 64 at G = 1–7, d = 128 at G = 5–8)
+    // Tier-A term NVRTC 13.0's ptxas spilled it (d = 64 at G = 1–7, 128 at G = 5–8, 256 at G = 1–4)
     bool hbad = hflags & 1, vbad = false;
     const int zero4[4] = {0, 0, 0, 0};
 

@@ -42,6 +42,13 @@ def _entries_without_local_memory(log, allowed=None):
 NVRTC_13_0_SPILLS = (re.compile(r"decode_stage1_i8I(Li128ELi[5-8]ELi[13]|Li64ELi1ELi3)ELb0ELb0ELb0ELi8E"), 16)
 
 
+def test_nvrtc_13_0_spill_allowance_names_its_instances_alone():
+    allowed = {(d, g, t, p, x, o, b) for d in (64, 128, 256) for g in range(1, 9) for t in range(4)
+               for p in (0, 1) for x in (0, 1) for o in (0, 1) for b in (8, 16)
+               if NVRTC_13_0_SPILLS[0].search(f"_Z16decode_stage1_i8ILi{d}ELi{g}ELi{t}ELb{p}ELb{x}ELb{o}ELi{b}EEv")}
+    assert allowed == {(128, g, t, 0, 0, 0, 8) for g in range(5, 9) for t in (1, 3)} | {(64, 1, 3, 0, 0, 0, 8)}
+
+
 # The G classes this file compiles of the decode kernels unless WITCERT_COMPILE_EVERY_G=1 (the GPU
 # session's compile step; every G's compiles were over half of CI's time), -DWITCERT_G_CLASSES in
 # the sources, each of which says why its classes: decode_i8.cuh's WC_I8_INST_G_CLASSES (one G of
