@@ -868,7 +868,9 @@ extern "C" __global__ void decode_certify(const float* __restrict__ log_a, const
 // there checks every G): G = 1, 4, 7 and 8.  Every instance has the same bound (255 registers);
 // G = 7 and 8 hold the instances nearest it (236–255, NVRTC 13.0), G = 5 and 6 reach 198–246 and
 // G ≤ 4 at most 176.  The other G's compiles were half of this file's time.
-#ifdef WITCERT_G_CLASSES
+#if defined(WITCERT_ONE_G)  // one G (the GPU session's every-G check, a G per compile)
+#define WC_INST_G(D) WC_INST(D, WITCERT_ONE_G)
+#elif defined(WITCERT_G_CLASSES)
 #define WC_INST_G(D) WC_INST(D, 1) WC_INST(D, 4) WC_INST(D, 7) WC_INST(D, 8)
 #else
 #define WC_INST_G(D) WC_INST(D, 1) WC_INST(D, 2) WC_INST(D, 3) WC_INST(D, 4) WC_INST(D, 5) \

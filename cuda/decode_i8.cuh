@@ -1148,7 +1148,9 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
 // One G of each class ptxas compiles alike (G = 1; 2–4; 5–7; 8: G only sets the query's loads per
 // thread and which mma rows are predicated off; registers equal within a class, nvcc 13.0 at every
 // tier and mode): CI's compile check (tests/test_cuda_compile.py, where WITCERT_COMPILE_EVERY_G=1
-// checks every G) instantiates these, which halves its longest compiles.  At 16-bit dither the
+// checks every G) instantiates these, which halves its longest compiles.  The classes are nvcc's
+// and NVRTC 13.5's: NVRTC 13.0's ptxas spilled at some G of a class and not at others (Tier A,
+// docs/performance.md), which only the every-G check sees.  At 16-bit dither the
 // class nearest the register bound, G = 8: its instances sit 24 or more registers below their
 // bound of 255 (163–231 at every class, nvcc 13.0), its compiles are the longest, and G = 1 (the
 // fewest registers) is compiled at head dims 64 and 256 (WC_I8_INST_D_CLASS), the same warp code.
@@ -1161,7 +1163,10 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
 // carry what depends on the head dim (the warps' count and shared-memory layout).  Together the
 // three files were about 70% of CI's compile time.
 #define WC_I8_INST_D_CLASS(D) WC_I8_INST_GB(D, 8, 8) WC_I8_INST_GB(D, 1, 16)
-#ifdef WITCERT_G_CLASSES
+#if defined(WITCERT_ONE_G)  // one G of every head dim (the GPU session's every-G check, a G per compile)
+#define WC_I8_INST(D) WC_I8_INST_G(D, WITCERT_ONE_G)
+#define WC_I8_INST_OTHER_D(D) WC_I8_INST_G(D, WITCERT_ONE_G)
+#elif defined(WITCERT_G_CLASSES)
 #define WC_I8_INST(D) WC_I8_INST_G_CLASSES(D)
 #define WC_I8_INST_OTHER_D(D) WC_I8_INST_D_CLASS(D)
 #else

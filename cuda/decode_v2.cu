@@ -994,6 +994,9 @@ __global__ void __launch_bounds__(V2_THREADS, v2_min_blocks(G, PLAIN)) decode_st
 // there checks every G): the largest G under each register bound v2_min_blocks sets, G = 3, 4, 7
 // and 8.  The other G share those bounds (many instances of every G sit at theirs, NVRTC 13.0);
 // their compiles were half of this file's time, and the every-G check runs on the GPU machine.
+#if defined(WITCERT_ONE_G)  // one G (the GPU session's every-G check, a G per compile)
+WC_V2_INST(WITCERT_ONE_G)
+#else
 WC_V2_INST(3)
 WC_V2_INST(4)
 WC_V2_INST(7)
@@ -1003,5 +1006,6 @@ WC_V2_INST(1)
 WC_V2_INST(2)
 WC_V2_INST(5)
 WC_V2_INST(6)
+#endif
 #endif
 #endif

@@ -49,8 +49,9 @@ def test_nvrtc_13_0_spill_allowance_names_its_instances_alone():
     assert allowed == {(128, g, t, 0, 0, 0, 8) for g in range(5, 9) for t in (1, 3)} | {(64, 1, 3, 0, 0, 0, 8)}
 
 
-# The G classes this file compiles of the decode kernels unless WITCERT_COMPILE_EVERY_G=1 (the GPU
-# session's compile step; every G's compiles were over half of CI's time), -DWITCERT_G_CLASSES in
+# The G classes this file compiles of the decode kernels (WITCERT_COMPILE_EVERY_G=1, the GPU
+# session's compile step, adds every G, one per compile; every G's compiles were over half of CI's
+# time), -DWITCERT_G_CLASSES in
 # the sources, each of which says why its classes: decode_i8.cuh's WC_I8_INST_G_CLASSES (one G of
 # each class ptxas compiles alike, at 16-bit dither the one nearest the bound; at head dims other than 128,
 # WC_I8_INST_D_CLASS: one G per dither width), decode.cu's and decode_v2.cu's (the G nearest each
@@ -69,25 +70,23 @@ def _every_g():
 
 
 def _g_classes(name):
-    """Whether ``name`` is compiled at its G classes only."""
-    return (name in G_CLASS_SOURCES or name.startswith("decode_i8_")) and not _every_g()
+    """Whether ``name`` is compiled at its G classes (or, in the every-G check, one G at a time)."""
+    return name in G_CLASS_SOURCES or name.startswith("decode_i8_")
 
 
-def _gs(classes):
-    return range(1, 9) if _every_g() else classes
-
-
-def _scope_defines(name):
+def _scope_defines(name, one_g=None):
     """The instantiation scope's defines for ``name``: -DWITCERT_INSTANTIATE_ALL, and for the decode
-    sources the G classes unless every G is asked for."""
+    sources the G classes, or the one G ``one_g``."""
+    if one_g is not None:
+        return ["-DWITCERT_INSTANTIATE_ALL", f"-DWITCERT_ONE_G={one_g}"]
     return ["-DWITCERT_INSTANTIATE_ALL"] + (["-DWITCERT_G_CLASSES"] if _g_classes(name) else [])
 
 
-def _assert_i8_instances(name, entries):
+def _assert_i8_instances(name, entries, one_g=None):
     """decode_i8_d{D}.cu instantiated every (G, tier, page contributions, exact tier, outlier pairs,
     dither bits) the library launches at its head dim (geometry.py: pages up to I8_PAGES_MAX_D), G at
-    its classes (d = 128) or the head dim's one G per dither width (d = 64 and 256) unless every G is
-    asked for."""
+    its classes (d = 128) or the head dim's one G per dither width (d = 64 and 256), or ``one_g``
+    alone at both widths."""
     from witcert_cupy._cuda import geometry as geo
 
     d = int(re.fullmatch(r"decode_i8_d(\d+)\.cu", name).group(1))
@@ -98,7 +97,7 @@ def _assert_i8_instances(name, entries):
         ([(2, 1, 0, 0), (2, 1, 1, 0)] if d <= geo.I8_PAGES_MAX_D else [])
     n = 0
     for bits, classes in ((8, I8_G_CLASSES), (16, I8_G_CLASSES_WIDE)):
-        gs = _gs(classes if d == 128 else I8_D_CLASS[bits])
+        gs = (one_g,) if one_g else (classes if d == 128 else I8_D_CLASS[bits])
         for g in gs:
             for c, p, x, o in modes:
                 assert any(f"decode_stage1_i8ILi{d}ELi{g}ELi{c}ELb{p}ELb{x}ELb{o}ELi{bits}EEv" in e for e in entries), \
@@ -107,18 +106,18 @@ def _assert_i8_instances(name, entries):
     assert len([e for e in entries if "decode_stage1_i8" in e]) == n
 
 
-def _assert_instances(name, entries):
+def _assert_instances(name, entries, one_g=None):
     """Every instantiation the library launches from ``name`` is among the compiled ``entries`` (the
-    decode kernels' at their G classes unless every G is asked for, and then no other)."""
+    decode kernels' at their G classes, or at ``one_g`` alone, and then no other)."""
     if name == "decode.cu":  # every (head dim, group), INT8 and fp16 stores
-        gs = _gs(GENERAL_G_CLASSES)
+        gs = (one_g,) if one_g else GENERAL_G_CLASSES
         for d in (64, 128, 256):
             for g in gs:
                 for f in ("Lb0", "Lb1"):
                     assert any(f"decode_stage1ILi{d}ELi{g}E{f}E" in e for e in entries), (d, g, f)
         assert len([e for e in entries if "decode_stage1ILi" in e]) == 3 * len(gs) * 2
     if name == "decode_v2.cu":
-        gs = _gs(V2_G_CLASSES)
+        gs = (one_g,) if one_g else V2_G_CLASSES
         for g in gs:
             for bits in (8, 16, 24):  # each dither resolution; the general layout and PLAIN, with
                 # the warps on the sides (split 0) or on each row's channels (split 1)
@@ -131,7 +130,7 @@ def _assert_instances(name, entries):
             for c in (0, 1):
                 assert any(f"decode_stage1_f16ILi{g}ELb{c}EEv" in e for e in entries), (g, c)
     if name.startswith("decode_i8_d"):
-        _assert_i8_instances(name, entries)
+        _assert_i8_instances(name, entries, one_g)
     if name == "extend_tc.cu":
         for g in range(1, 9):
             assert any(f"extend_tc_stage1ILi{g}EEv" in e for e in entries), g
@@ -354,14 +353,10 @@ def test_source_hash_tracks_every_file():
     assert any(f"WITCERT_SRC_HASH=0x{h}" in o for o in _cuda.options())
 
 
-@pytest.mark.parametrize("name", SOURCES)
-def test_compiles_with_nvrtc_as_cupy_does(name):
-    """NVRTC, with CuPy's own additions (-arch, -ftz=true) and our options, on the inlined source,
-    every instantiation (each one the library launches is there; the decode kernels' at their G
-    classes): no warnings, no stack frames or
-    spills.  NVRTC is what CuPy builds with,
-    and its ptxas is not nvcc's: nvcc 13.0 found no spills in the kernels where NVRTC 13.0.88 (and
-    the device) found 8–40 bytes (docs/performance.md)."""
+def _nvrtc_check(name, one_g=None):
+    """NVRTC as CuPy compiles ``name`` (at ``one_g`` alone for a decode source): no warnings, no
+    stack frames or spills (NVRTC 13.0's allowance aside), every instance there; the inlined
+    source.  Skips where no libnvrtc is found."""
     from nvrtc import compile_nvrtc, find_nvrtc, nvrtc_version
 
     if find_nvrtc() is None:
@@ -371,13 +366,40 @@ def test_compiles_with_nvrtc_as_cupy_does(name):
     # inside an explicitly instantiated kernel (this check's instantiations) as a host function and
     # refuses it, where the implicit instantiation CuPy makes from a name expression compiles; every
     # function of ours is annotated, so the option changes nothing else (newer NVRTC needs no option)
-    opts = ["-arch=sm_90", "-ftz=true", "--ptxas-options=-v", "-default-device", *_scope_defines(name),
+    opts = ["-arch=sm_90", "-ftz=true", "--ptxas-options=-v", "-default-device", *_scope_defines(name, one_g),
             *_cuda.options()]
     ok, log = compile_nvrtc(src, name, opts)
     assert ok, log
     assert "warning" not in log.lower(), log
     entries = _entries_without_local_memory(log, NVRTC_13_0_SPILLS if nvrtc_version() == (13, 0) else None)
-    _assert_instances(name, entries)
+    _assert_instances(name, entries, one_g)
+    return src
+
+
+G_SOURCES = tuple(n for n in SOURCES if _g_classes(n))
+
+
+@pytest.mark.skipif(not _every_g(), reason="WITCERT_COMPILE_EVERY_G=1 (the GPU session's step); CI compiles G classes")
+@pytest.mark.parametrize("g", range(1, 9))
+@pytest.mark.parametrize("name", G_SOURCES)
+def test_decode_compiles_at_every_g_with_nvrtc(name, g):
+    """The every-G check, a G per compile (-DWITCERT_ONE_G) so that a machine's cores share it: the
+    G classes CI compiles are nvcc's and NVRTC 13.5's, and NVRTC 13.0's ptxas spilled at G that CI's
+    classes stood for (docs/performance.md)."""
+    _nvrtc_check(name, g)
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_compiles_with_nvrtc_as_cupy_does(name):
+    """NVRTC, with CuPy's own additions (-arch, -ftz=true) and our options, on the inlined source,
+    every instantiation (each one the library launches is there; the decode kernels' at their G
+    classes): no warnings, no stack frames or
+    spills.  NVRTC is what CuPy builds with,
+    and its ptxas is not nvcc's: nvcc 13.0 found no spills in the kernels where NVRTC 13.0.88 (and
+    the device) found 8–40 bytes (docs/performance.md)."""
+    from nvrtc import compile_nvrtc
+
+    src = _nvrtc_check(name)
     if name == "extend_tc.cu":  # the wgmma path as the launch layer builds it: its -arch beside CuPy's
         from witcert_cupy._cuda import extend as _cuda_extend
 
