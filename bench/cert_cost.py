@@ -64,17 +64,20 @@ def baseline_error(tree) -> str | None:
         f"no witcert_cupy/ in {tree} (write one with bench/cert_cost.py --make-baseline)"
 
 
-def import_baseline(tree: Path):
-    """The package in ``tree`` imported as ``witcert_base`` (a renamed copy; its kernels in its own
-    ``cuda/``, which its kernel loader finds beside the package)."""
-    tmp = Path(tempfile.mkdtemp(prefix="witcert_base_"))
-    pkg = tmp / BASE_NAME
-    shutil.copytree(tree / "witcert_cupy", pkg)
+def import_baseline(tree: Path, name: str = BASE_NAME, edit=None):
+    """The package in ``tree`` imported as ``name`` (a renamed copy; its kernels in its own
+    ``cuda/``, which its kernel loader finds beside the package); ``edit(cuda_dir)``, if given,
+    changes the copy's kernel sources first (the lab's instrumented copies)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"{name}_"))
+    pkg = tmp / name
+    shutil.copytree(tree / "witcert_cupy", pkg, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(tree / "cuda", pkg / "cuda")
     for py in pkg.rglob("*.py"):
-        py.write_text(py.read_text().replace("witcert_cupy", BASE_NAME))
+        py.write_text(py.read_text().replace("witcert_cupy", name))
+    if edit is not None:
+        edit(pkg / "cuda")
     sys.path.insert(0, str(tmp))
-    return importlib.import_module(BASE_NAME)
+    return importlib.import_module(name)
 
 
 class Case:

@@ -19,12 +19,9 @@ timed in CUDA graphs over rotated buffers, both trees alternately, ``--rounds`` 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -61,19 +58,9 @@ def instrument(src: str) -> str:
     return src
 
 
-def import_tree(tree: Path, name: str, instrumented: bool):
-    """``tree``'s package imported as ``name`` (a renamed copy, its own kernels)."""
-    tmp = Path(tempfile.mkdtemp(prefix=f"{name}_"))
-    pkg = tmp / name
-    shutil.copytree(tree / "witcert_cupy", pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(tree / "cuda", pkg / "cuda")
-    for py in pkg.rglob("*.py"):
-        py.write_text(py.read_text().replace("witcert_cupy", name))
-    if instrumented:
-        f = pkg / "cuda" / "decode_f16.cu"
-        f.write_text(instrument(f.read_text()))
-    sys.path.insert(0, str(tmp))
-    return importlib.import_module(name)
+def instrument_dir(cuda_dir: Path) -> None:
+    f = cuda_dir / "decode_f16.cu"
+    f.write_text(instrument(f.read_text()))
 
 
 def summarize(a, warps):
@@ -133,8 +120,8 @@ def main(argv=None):
     l2 = l2_bytes()
     report = {"baseline_rev": (trees["base"] / "REV").read_text().strip() if (trees["base"] / "REV").exists() else "?",
               "timeline": [], "sweep": []}
-    tl = {k: import_tree(t, f"wc_tl_{k}", True) for k, t in trees.items()}
-    plain = {k: import_tree(t, f"wc_sw_{k}", False) for k, t in trees.items()}
+    tl = {k: cert_cost.import_baseline(t, f"wc_tl_{k}", instrument_dir) for k, t in trees.items()}
+    plain = {k: cert_cost.import_baseline(t, f"wc_sw_{k}") for k, t in trees.items()}
     for shape in shapes:
         B, hq, hkv, ctx = shape
         for k, pkg in tl.items():  # the timeline: one launch at the default split count
