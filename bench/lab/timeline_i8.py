@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,13 +102,10 @@ def instrument(src: str) -> str:
     return src[:i] + "    __syncthreads();\n    WC_TL(14, wc_clk()); WC_TL(15, wc_gt());\n" + src[i:]
 
 
-def make_tree(dst: Path) -> Path:
-    """The library and its kernels copied under ``dst`` with decode_i8.cuh instrumented."""
-    shutil.copytree(ROOT / "witcert_cupy", dst / "witcert_cupy", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "cuda", dst / "cuda")
-    p = dst / "cuda" / SOURCE
+def instrument_dir(cuda_dir: Path) -> None:
+    """decode_i8.cuh in ``cuda_dir`` (a copy of the kernels) instrumented."""
+    p = cuda_dir / SOURCE
     p.write_text(instrument(p.read_text()))
-    return dst
 
 
 def summarize(a, ns_ctas):
@@ -157,8 +152,7 @@ def main(argv=None):
 
     import cert_cost
 
-    tree = make_tree(Path(tempfile.mkdtemp(prefix="witcert_timeline_")))
-    pkg = cert_cost.import_baseline(tree)
+    pkg = cert_cost.import_baseline(ROOT, "witcert_timeline", instrument_dir)
     bd.wc = pkg
     l2 = bd.l2_bytes()
     rows = []
