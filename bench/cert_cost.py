@@ -64,6 +64,12 @@ def baseline_error(tree) -> str | None:
         f"no witcert_cupy/ in {tree} (write one with bench/cert_cost.py --make-baseline)"
 
 
+def baseline_rev(tree) -> str:
+    """The git revision ``--make-baseline`` wrote into ``tree`` ('?' for a tree made otherwise)."""
+    f = Path(tree) / "REV"
+    return f.read_text().strip() if f.exists() else "?"
+
+
 def import_baseline(tree: Path, name: str = BASE_NAME, edit=None):
     """The package in ``tree`` imported as ``name`` (a renamed copy; its kernels in its own
     ``cuda/``, which its kernel loader finds beside the package); ``edit(cuda_dir)``, if given,
@@ -78,6 +84,20 @@ def import_baseline(tree: Path, name: str = BASE_NAME, edit=None):
         edit(pkg / "cuda")
     sys.path.insert(0, str(tmp))
     return importlib.import_module(name)
+
+
+def alternate(launches, reps, rounds, time_fn, enter=None):
+    """``(medians, times)``: each named launch list of ``launches`` (name -> callables) timed by
+    ``time_fn(callables, reps)`` (bench/decode.py's ``time_cupy``), the names in turn, ``rounds``
+    times (``enter(name)`` before each, if given), and the median µs of each name's rounds: the one
+    way two trees are timed against each other here and in bench/lab."""
+    times = {k: [] for k in launches}
+    for _ in range(rounds):
+        for k, fs in launches.items():
+            if enter is not None:
+                enter(k)
+            times[k].append(time_fn(fs, reps)[0])
+    return {k: statistics.median(v) for k, v in times.items()}, times
 
 
 class Case:
@@ -132,7 +152,7 @@ def measure(args):
     from decode import l2_bytes, rotations, time_cupy  # noqa: E402
 
     base = import_baseline(Path(args.baseline))
-    rev = (Path(args.baseline) / "REV").read_text().strip() if (Path(args.baseline) / "REV").exists() else "?"
+    rev = baseline_rev(args.baseline)
     l2 = l2_bytes()
     dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     rows, t0 = [], time.time()
@@ -156,11 +176,8 @@ def measure(args):
             # both true; against the default baseline, whose certificate has no evaluation term, false)
             same_o, same_cert = (bool(np.array_equal(first["base"][i], first["this"][i], equal_nan=True))
                                  for i in (0, 1))
-            times = {k: [] for k in plans}
-            for _ in range(args.rounds):
-                for k, ps in plans.items():
-                    times[k].append(time_cupy([p.launch for p in ps], args.reps)[0])
-            med = {k: statistics.median(v) for k, v in times.items()}
+            med, times = alternate({k: [p.launch for p in ps] for k, ps in plans.items()}, args.reps, args.rounds,
+                                   time_cupy)
             row = dict(batch=B, hq=hq, hkv=hkv, context=ctx, config=label,
                        kernels={k: ps[0].kernel_name for k, ps in plans.items()},
                        base_us=med["base"], this_us=med["this"], rounds=times,

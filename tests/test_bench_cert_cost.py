@@ -42,3 +42,16 @@ def test_a_selection_reaches_the_measurement(tmp_path, monkeypatch):
     ran.clear()
     assert cert_cost.main(["--baseline", str(tmp_path)]) == 0  # the defaults: every configuration and shape
     assert ran[0].configs == [c[0] for c in cert_cost.CONFIGS] and ran[0].shapes == list(cert_cost.SHAPES)
+
+
+def test_alternate_times_the_names_in_turn_and_takes_medians():
+    order = []
+
+    def time_fn(fs, reps):
+        order.append((fs[0](), reps))
+        return (float(len(order)), [])
+
+    med, times = cert_cost.alternate({"base": [lambda: "b"], "this": [lambda: "t"]}, 7, 3, time_fn,
+                                     enter=lambda k: order.append(k))
+    assert order[:4] == ["base", ("b", 7), "this", ("t", 7)]
+    assert times == {"base": [2.0, 6.0, 10.0], "this": [4.0, 8.0, 12.0]} and med == {"base": 6.0, "this": 8.0}

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -94,12 +93,10 @@ def main(argv=None):
             first[lab] = (cp.asnumpy(r.o), None if r.tv_bound is None else cp.asnumpy(r.tv_bound))
             plans[lab] = (case, ps)
         (ob, cb), (ot, ct) = first["base"], first["this"]
-        times = {"base": [], "this": []}
-        for _ in range(args.rounds):
-            for lab in ("base", "this"):
-                bd.wc = base if lab == "base" else this
-                times[lab].append(bd.time_cupy([p.launch for p in plans[lab][1]], args.reps)[0])
-        mb, mt = statistics.median(times["base"]), statistics.median(times["this"])
+        med, times = cert_cost.alternate({lab: [p.launch for p in plans[lab][1]] for lab in ("base", "this")},
+                                         args.reps, args.rounds, bd.time_cupy,
+                                         enter=lambda lab: setattr(bd, "wc", base if lab == "base" else this))
+        mb, mt = med["base"], med["this"]
         row = {"case": f"{name}:{B}/{hq}/{hkv}/{ctx}:{stage1}" + (":clear" if clear else ""),
                "kernels": {lab: f"{plans[lab][1][0].kernel_name} ns={plans[lab][1][0].ns}" for lab in plans},
                "base_us": round(mb, 2), "this_us": round(mt, 2), "ratio": round(mt / mb, 4),

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -64,12 +63,9 @@ def main(argv=None):
             pools[lab].write(0, slots, k, v)
         same = all(bool(cp.array_equal(getattr(pools["base"], a), getattr(pools["this"], a)))
                    for a in ("codes", "scales", "witness", "outliers") if getattr(pools["base"], a, None) is not None)
-        times = {"base": [], "this": []}
-        for _ in range(args.rounds):
-            for lab in ("base", "this"):
-                pool = pools[lab]
-                times[lab].append(time_cupy([lambda: pool.write(0, slots, k, v)], args.reps)[0])
-        mb, mt = statistics.median(times["base"]), statistics.median(times["this"])
+        med, times = cert_cost.alternate({lab: [lambda pool=pools[lab]: pool.write(0, slots, k, v)]
+                                          for lab in ("base", "this")}, args.reps, args.rounds, time_cupy)
+        mb, mt = med["base"], med["this"]
         row = {"bits": bits, "bands": bands, "pairs": pairs, "base_us": round(mb, 1), "this_us": round(mt, 1),
                "ratio": round(mt / mb, 4), "same": same, "rounds": times}
         print(json.dumps({k2: v2 for k2, v2 in row.items() if k2 != "rounds"}), flush=True)

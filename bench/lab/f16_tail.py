@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -118,7 +117,7 @@ def main(argv=None):
     splits = [int(x) for x in args.splits.split(",") if x]
     trees = {"base": Path(args.baseline), "this": ROOT}
     l2 = l2_bytes()
-    report = {"baseline_rev": (trees["base"] / "REV").read_text().strip() if (trees["base"] / "REV").exists() else "?",
+    report = {"baseline_rev": cert_cost.baseline_rev(trees["base"]),
               "timeline": [], "sweep": []}
     tl = {k: cert_cost.import_baseline(t, f"wc_tl_{k}", instrument_dir) for k, t in trees.items()}
     plain = {k: cert_cost.import_baseline(t, f"wc_sw_{k}") for k, t in trees.items()}
@@ -152,11 +151,8 @@ def main(argv=None):
         for ns in [None] + splits:
             plans = {k: [c.pool._dev.plan(c.q[r], 0, *c.tables[r], 1 / 128 ** 0.5, cert[k], ns) for r in range(rot)]
                      for k, c in cases.items()}
-            times = {k: [] for k in plans}
-            for _ in range(args.rounds):
-                for k, ps in plans.items():
-                    times[k].append(time_cupy([p.launch for p in ps], args.reps)[0])
-            med = {k: statistics.median(v) for k, v in times.items()}
+            med, _ = cert_cost.alternate({k: [p.launch for p in ps] for k, ps in plans.items()}, args.reps,
+                                         args.rounds, time_cupy)
             row = {"shape": "/".join(map(str, shape)), "splits": ns if ns else f"default {default_ns}",
                    "base_us": round(med["base"], 2), "this_us": round(med["this"], 2)}
             print(json.dumps(row), flush=True)
