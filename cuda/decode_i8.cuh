@@ -160,29 +160,29 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
     constexpr int NBW = 4 / NW;  // 8-token blocks per warp of the certificate's work
     // (a warp's certificate blocks are whole 16-token pages up to d = 128)
     static_assert(!PAGES || NBW % 2 == 0, "page contributions at d <= 128");
-    using Smem = I8Smem<D, BITS>;
+    constexpr int R = I8_HEAD_ROWS(G, TA, EXACT, OUTL);  // head rows of the partial logits and sums
+    using Smem = I8Smem<D, BITS, R>;
     using Setup = I8Setup<D>;
     static_assert(sizeof(Setup) <= sizeof(((Smem*)0)->dith), "the set-up lives in the dither tiles");
     extern __shared__ __align__(16) unsigned char i8_smem[];
     Smem& sh = *reinterpret_cast<Smem*>(i8_smem);
     Setup& su = *reinterpret_cast<Setup*>(&sh.dith[0][0][0]);
-    // with the exact tier, the partial Σ|q_c||k_c| of exact-tier tokens: [warp][head][token];
+    // with the exact tier, the partial Σ|q_c||k_c| of exact-tier tokens: [warp][head row < R][token];
     // with a Tier-A term, the staged K witness rows [buffer][token][band], the band
     // coefficients [head][band] and the evaluation term's per-group coefficients [head][group]
     float* xa = reinterpret_cast<float*>(i8_smem + sizeof(Smem));
-    u16* wit_s = reinterpret_cast<u16*>(i8_smem + sizeof(Smem) + (EXACT ? I8_EXACT_SMEM(D) : 0));
+    u16* wit_s = reinterpret_cast<u16*>(i8_smem + sizeof(Smem) + (EXACT ? I8_EXACT_SMEM(D, R) : 0));
     float* a_band = reinterpret_cast<float*>(wit_s + 2 * I8_TILE * NB);
     float* gqk = a_band + 8 * NB;
     // with outlier pairs, the channels (-1 past NP2), each head's query on them [head][j] and the
     // staged K and V values [warp][buffer][token][side][j]
-    unsigned char* ol_base = i8_smem + sizeof(Smem) + (EXACT ? I8_EXACT_SMEM(D) : 0) + (TA ? I8_TIER_A_SMEM(D, NB) : 0);
+    unsigned char* ol_base = i8_smem + sizeof(Smem) + (EXACT ? I8_EXACT_SMEM(D, R) : 0) + (TA ? I8_TIER_A_SMEM(D, NB) : 0);
     int* och = reinterpret_cast<int*>(ol_base);
     float* oq = reinterpret_cast<float*>(ol_base + 4 * I8_OUTL_MAX);
     u16* orow = reinterpret_cast<u16*>(ol_base + 4 * I8_OUTL_MAX + 32 * NP2);
     // a launch-layer bug, never a result: too little shared memory, pages other than 16 tokens, a
     // band count the witness staging does not serve
-    if (dynamic_smem_bytes() < sizeof(Smem) + (EXACT ? I8_EXACT_SMEM(D) : 0) + (TA ? I8_TIER_A_SMEM(D, NB) : 0) +
-                                   (OUTL ? I8_OUTL_SMEM(D, NP2) : 0) ||
+    if (dynamic_smem_bytes() < i8_smem_total<D, BITS, G, TA, EXACT, OUTL>(NB, NP2) ||
         ((PAGES || EXACT) && page_shift != 4) || (TA && (NB < 8 || NB > 64 || NB % 8 != 0)) ||
         (OUTL && (NP2 < 2 || NP2 > I8_OUTL_MAX || NP2 % 2 != 0)))
         __trap();
@@ -608,7 +608,7 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
                     inner[i] = gg == 0 ? __fmul_rn(sg, z) : __fmaf_rn(sg, z, inner[i]);
                 }
             }
-            *reinterpret_cast<float2*>(&sh.xp[buf][w][g][8 * n + 2 * t]) = make_float2(inner[0], inner[1]);
+            if (R == 8 || g < R) *reinterpret_cast<float2*>(&sh.xp[buf][w][g][8 * n + 2 * t]) = make_float2(inner[0], inner[1]);
         }
         if constexpr (EXACT) {
             if (em) {  // (CTA-uniform: every warp stages the same tokens) the tile's exact-tier tokens:
@@ -642,10 +642,12 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
                         i8_exact_dot4(qv, x0, acc0, aac0);
                         i8_exact_dot4(qv, x1, acc1, aac1);
                     }
-                    if (e0 >= 0) sh.xp[buf][w][g][tk] = acc0;
-                    if (e1 >= 0) sh.xp[buf][w][g][tk + 1] = acc1;
-                    *reinterpret_cast<float2*>(&xa[(w * 8 + g) * I8_TILE + tk]) =
-                        make_float2(e0 >= 0 ? aac0 : 0.0f, e1 >= 0 ? aac1 : 0.0f);
+                    if (R == 8 || g < R) {
+                        if (e0 >= 0) sh.xp[buf][w][g][tk] = acc0;
+                        if (e1 >= 0) sh.xp[buf][w][g][tk + 1] = acc1;
+                        *reinterpret_cast<float2*>(&xa[(w * R + g) * I8_TILE + tk]) =
+                            make_float2(e0 >= 0 ? aac0 : 0.0f, e1 >= 0 ? aac1 : 0.0f);
+                    }
                 }
             }
         }
@@ -660,7 +662,10 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
         for (int n = 0; n < 4; ++n) {
             float2 pw[NW];
 #pragma unroll
-            for (int ww = 0; ww < NW; ++ww) pw[ww] = *reinterpret_cast<const float2*>(&sh.xp[buf][ww][g][8 * n + 2 * t]);
+            for (int ww = 0; ww < NW; ++ww) {  // (rows g >= R, which carry no head, are not held: zeros)
+                pw[ww] = make_float2(0.0f, 0.0f);
+                if (R == 8 || g < R) pw[ww] = *reinterpret_cast<const float2*>(&sh.xp[buf][ww][g][8 * n + 2 * t]);
+            }
 #pragma unroll
             for (int span = 1; span < NW; span *= 2)
 #pragma unroll
@@ -787,7 +792,7 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
                                 if ((em >> tk) & 1u) {  // c_t = γ_t: Σ|q_c||k_c| over every warp's channels
                                     float ad[NW];
 #pragma unroll
-                                    for (int ww = 0; ww < NW; ++ww) ad[ww] = xa[(ww * 8 + hc) * I8_TILE + tk];
+                                    for (int ww = 0; ww < NW; ++ww) ad[ww] = R == 8 || hc < R ? xa[(ww * R + hc) * I8_TILE + tk] : 0.0f;
 #pragma unroll
                                     for (int span = 1; span < NW; span *= 2)
 #pragma unroll
@@ -1053,20 +1058,21 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
     l2 += __shfl_xor_sync(0xffffffffu, l2, 2);
     if constexpr (HALF) l2 += __shfl_xor_sync(0xffffffffu, l2, 16);
     if (w > 0) {
-        float* lw_ = sh.lam[w - 1][lane];
-        lw_[0] = M2, lw_[1] = l2, lw_[2] = cmx, lw_[3] = gmx;
+        // (in the warp's own dither tile, whose last reads were its last tile's, before the loop's end)
+        reinterpret_cast<float4*>(&sh.dith[w][0][0])[lane] = make_float4(M2, l2, cmx, gmx);
     }
     vbad = __syncthreads_or(vbad);
     poisoned = __syncthreads_or(poisoned);
     if (w == 0) {  // λ's sums of the warps under one maximum, in warp order
 #pragma unroll
         for (int ww = 1; ww < NW; ++ww) {
-            const float Mo = sh.lam[ww - 1][lane][0], Lo = sh.lam[ww - 1][lane][1];
+            const float4 lo = reinterpret_cast<const float4*>(&sh.dith[ww][0][0])[lane];
+            const float Mo = lo.x, Lo = lo.y;
             const float Mx = fmaxf(M2, Mo);
             l2 = (M2 == -INFINITY ? 0.0f : l2 * exp2f(M2 - Mx)) + (Mo == -INFINITY ? 0.0f : Lo * exp2f(Mo - Mx));
             M2 = Mx;
-            cmx = fmaxf(cmx, sh.lam[ww - 1][lane][2]);
-            gmx = fmaxf(gmx, sh.lam[ww - 1][lane][3]);
+            cmx = fmaxf(cmx, lo.z);
+            gmx = fmaxf(gmx, lo.w);
         }
     }
     const bool dead = poisoned || hbad;

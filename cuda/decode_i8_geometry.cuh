@@ -21,10 +21,12 @@
 
 // shared memory (dynamic: 17–71 KB over D at 8 bits): per warp two buffers of staged rows and scales
 // per side and one tile of dither fields per side (16-bit dither: two, the fields' high and low
-// bytes); the tile's partial logits of every warp (two buffers);
+// bytes); the tile's partial logits of every warp (two buffers), R head rows (I8_HEAD_ROWS);
 // the per-head constants; the set-up (query, digits) uses the dither tiles' space before the first
-// tile's fields are written.  witcert_cupy/_cuda/geometry.py's i8_smem_bytes mirrors its size.
-template <int D, int BITS = 8>
+// tile's fields are written, and the warps' exchange at the end after the last tile's are read.
+// i8_smem_total below is the kernel's whole size; witcert_cupy/_cuda/geometry.py's i8_smem_bytes
+// mirrors it.
+template <int D, int BITS = 8, int R = 8>
 struct I8Smem {
     static constexpr int NW = D / I8_WARP_CH, NG = D / 32;
     u8 codes[2][NW][2][I8_TILE * I8_WARP_CH];  // [buffer][warp][side][i8_off(token, chunk)]
@@ -32,17 +34,22 @@ struct I8Smem {
     u8 dith[NW][BITS / 4][I8_TILE * I8_WARP_CH];
     u16 ks[2][NW][I8_TILE][NG];                // [buffer][warp][token][group]: K scales, every group
     u16 vs[2][NW][I8_TILE][2];                 // [buffer][warp][token][its group]: V scales
-    float xp[2][NW][8][I8_TILE];               // [buffer][warp][head][token]: partial logits
+    float xp[2][NW][R][I8_TILE];               // [buffer][warp][head][token]: partial logits
     float4 cf[8][NG];                          // [head][group]: W1, C, Tier B's a1, a2
     // the query digits as K's A fragments, [group][head][t]: {a0, a1} of channels 32γ + 4t .. and
-    // 32γ + 16 + 4t .., and a2 of both (thread (g, t)'s loads fall on distinct banks)
+    // 32γ + 16 + 4t .., and a2 of both (thread (g, t)'s loads fall on distinct banks); rows g >= G
+    // zero (the mma's rows)
     uint4 qd01[NG][8][4];
     uint2 qd2[NG][8][4];
-    float lam[NW > 1 ? NW - 1 : 1][32][4];  // warps 1.. state per lane at the end: m2, l2, cmax, max γ_t
 };
-// with the exact tier, beyond I8Smem<D>: the partial Σ|q_c||k_c| of exact-tier tokens per warp, head
-// and token (floats; one buffer, behind a CTA barrier in tiles that have such tokens)
-#define I8_EXACT_SMEM(D) (((D) / I8_WARP_CH) * 8 * I8_TILE * 4)
+// the head rows of the partial logits and of the exact tier's partial sums: the G heads where shared
+// memory sets the CTAs per SM (a Tier-A term beside the exact tier or outlier pairs: at d = 128 and
+// G <= 7 one more CTA per SM, 6), else the mma's 8, which every lane's row indexes without a test (sized
+// by G everywhere, NVRTC 13.0's ptxas spilled Tier-B instances at d = 64 and 256 over the tests)
+#define I8_HEAD_ROWS(G, TA, EXACT, OUTL) (((TA) && ((EXACT) || (OUTL))) ? (G) : 8)
+// with the exact tier, beyond I8Smem<D, BITS, R>: the partial Σ|q_c||k_c| of exact-tier tokens per
+// warp, head row and token (floats; one buffer, behind a CTA barrier in tiles that have such tokens)
+#define I8_EXACT_SMEM(D, R) (((D) / I8_WARP_CH) * (R) * I8_TILE * 4)
 // with a Tier-A term, beyond those: the staged K witness rows (fp16, NB bands, per buffer and token,
 // each row staged by the warp that certifies the token), the band coefficients (float, [8][NB]) and
 // the evaluation term's per-group coefficients (float, [8][D / 32])
@@ -53,6 +60,15 @@ struct I8Smem {
 // CTAs per SM
 #define I8_OUTL_MAX 8
 #define I8_OUTL_SMEM(D, NP2) (I8_OUTL_MAX * 4 + 8 * (NP2) * 4 + ((D) / I8_WARP_CH) * 2 * I8_TILE * 2 * (NP2) * 2)
+
+// the dynamic shared memory of decode_stage1_i8<D, G, TIER, ..., EXACT, OUTL, BITS> (TA: a Tier-A
+// term) over NB witness bands and NP2 outlier channels (the kernel traps when given less)
+template <int D, int BITS, int G, bool TA, bool EXACT, bool OUTL>
+__host__ __device__ constexpr unsigned i8_smem_total(int NB, int NP2) {
+    constexpr int R = I8_HEAD_ROWS(G, TA, EXACT, OUTL);
+    return (unsigned)(sizeof(I8Smem<D, BITS, R>) + (EXACT ? I8_EXACT_SMEM(D, R) : 0) + (TA ? I8_TIER_A_SMEM(D, NB) : 0) +
+                      (OUTL ? I8_OUTL_SMEM(D, NP2) : 0));
+}
 
 template <int D>
 struct I8Setup {

@@ -327,24 +327,37 @@ def test_f16_launch_geometry_is_the_kernel_s(tmp_path):
 
 def test_i8_shared_memory_is_the_kernel_s(tmp_path):
     """decode_stage1_i8's dynamic shared memory as the launch layer computes it is the kernel's
-    sizeof(I8Smem<D>) (the kernel traps when given less; sizeof(I8Smem<D, 16>) at 16-bit dither), and
-    its CTAs per SM at that size reach the warps per SM its register bound is set for."""
+    i8_smem_total at every head dim, G and feature set (the kernel traps when given less), and its
+    CTAs per SM at that size reach the warps per SM its register bound is set for; at d = 128 the
+    gate's pool under a Tier-AB certificate (the exact tier, 16 witness bands) fits as many up to
+    G = 7, and two outlier pairs under one up to G = 6 (at d = 128 neither fit at any G while the
+    partial logits and sums had the mma's 8 rows at every G and the warps' exchange at the end had
+    its own space)."""
     from witcert_cupy._cuda import geometry as geo
 
     lines = _host_program_lines("i8_smem.cu", tmp_path)
-    got = {int(d): tuple(int(v) for v in rest) for d, *rest in (ln.split() for ln in lines)}
-    base = geo.i8_smem_bytes
-    assert got == {d: (base(d), base(d, exact=True) - base(d), base(d, num_bands=8) - base(d),
-                       base(d, num_bands=64) - base(d), base(d, outlier_channels=4) - base(d),
-                       base(d, outlier_channels=geo.I8_OUTL_MAX) - base(d), base(d, bits=16))
-                   for d in geo.I8_HEAD_DIMS}
-    for d, (smem, extra, _, _, o4, omax, s16) in got.items():  # 12 warps per SM (8 with the exact tier): 228 KB an SM,
-        # 1 KB per CTA; with up to two outlier pairs, still 12; at 16-bit dither the 8 warps its register
-        # bound is set for, with the exact tier or with the most outlier pairs
-        assert 12 * geo.I8_WARP_CH // d * (smem + 1024) <= 228 * 1024, (d, smem)
-        assert 8 * geo.I8_WARP_CH // d * (smem + extra + 1024) <= 228 * 1024, (d, smem)
-        assert 12 * geo.I8_WARP_CH // d * (smem + o4 + 1024) <= 228 * 1024, (d, smem)
-        assert 8 * geo.I8_WARP_CH // d * (s16 + max(extra, omax) + 1024) <= 228 * 1024, (d, s16)
+    got = {(int(d), int(g)): tuple(int(v) for v in rest) for d, g, *rest in (ln.split() for ln in lines)}
+
+    def mirror(d, g):
+        b = geo.i8_smem_bytes
+        return (b(d, heads=g), b(d, exact=True, heads=g), b(d, num_bands=8, heads=g), b(d, num_bands=64, heads=g),
+                b(d, outlier_channels=4, heads=g), b(d, outlier_channels=geo.I8_OUTL_MAX, heads=g),
+                b(d, exact=True, num_bands=16, heads=g), b(d, outlier_channels=4, num_bands=16, heads=g),
+                b(d, bits=16, heads=g), b(d, exact=True, bits=16, heads=g),
+                b(d, outlier_channels=geo.I8_OUTL_MAX, bits=16, heads=g))
+
+    assert got == {(d, g): mirror(d, g) for d in geo.I8_HEAD_DIMS for g in range(1, 9)}
+    for (d, g), (plain, exact, _, _, o4, _, gate_ab, o4_ab, s16, s16x, s16o) in got.items():
+        # 228 KB an SM, 1 KB per CTA: 12 warps per SM (8 with the exact tier), with up to two outlier
+        # pairs still 12; at 16-bit dither the 8 warps its register bound is set for, with the exact tier or
+        # the most outlier pairs
+        per_sm = 12 * geo.I8_WARP_CH // d
+        fits = lambda n, smem: n * (smem + 1024) <= 228 * 1024  # noqa: E731
+        assert fits(per_sm, plain) and fits(8 * geo.I8_WARP_CH // d, exact) and fits(per_sm, o4), (d, g)
+        assert fits(8 * geo.I8_WARP_CH // d, max(s16, s16x, s16o)), (d, g)
+        want = {64: g <= 3, 128: g <= 7, 256: True}[d]
+        assert fits(per_sm, gate_ab) == want, (d, g, gate_ab)
+        assert fits(per_sm, o4_ab) == {64: False, 128: g <= 6, 256: True}[d], (d, g, o4_ab)
 
 
 def test_source_hash_tracks_every_file():

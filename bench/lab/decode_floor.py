@@ -2,7 +2,7 @@
 and our certified decode on the same shapes (issue 5: where a goal is out of reach, the notes show
 the measured floor and why).
 
-    PYTHONPATH=. python3 bench/lab/lab/decode_floor.py [--out bench/results] [--reps 30] [--shapes 1/28/4/4096,...] [--graph]
+    PYTHONPATH=. python3 bench/lab/decode_floor.py [--out bench/results] [--reps 30] [--shapes 1/28/4/4096,...] [--graph]
 
 The ladder (``bench/lab/cuda/bench_floor.cu``), each level streaming the same bytes as the decode (codes and
 fp16 scales of K and V, one layer) and each doing strictly less than any decode that meets SPEC

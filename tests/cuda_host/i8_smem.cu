@@ -1,18 +1,29 @@
-// Prints sizeof(I8Smem<D>) of decode_stage1_i8 (cuda/decode_i8.cuh), I8_EXACT_SMEM(D) (what the
-// exact tier adds), I8_TIER_A_SMEM(D, NB) at 8 and 64 bands and I8_OUTL_SMEM(D, NP2) at 4 and
-// I8_OUTL_MAX outlier channels for each head dim, and sizeof(I8Smem<D, 16>) (16-bit dither):
-// "D bytes exact a8 a64 o4 omax bytes16",
-// for the launch layer's mirror, witcert_cupy/_cuda/geometry.py's i8_smem_bytes
-// (tests/test_cuda_compile.py).
+// Prints, for each head dim D and G = 1..8 query heads per kv head, i8_smem_total of
+// decode_stage1_i8 (cuda/decode_i8_geometry.cuh: what the kernel checks it was given) in the
+// configurations tests/test_cuda_compile.py compares with witcert_cupy/_cuda/geometry.py's
+// i8_smem_bytes: "D G plain exact a8 a64 o4 omax exact+a16 o4+a16 bits16 bits16+exact bits16+omax".
 #include <cstdio>
+#include <utility>
 #include "decode_i8_geometry.cuh"
 
+template <int D, int G>
+void row() {
+    std::printf("%d %d %u %u %u %u %u %u %u %u %u %u %u\n", D, G, i8_smem_total<D, 8, G, false, false, false>(0, 0),
+                i8_smem_total<D, 8, G, false, true, false>(0, 0), i8_smem_total<D, 8, G, true, false, false>(8, 0),
+                i8_smem_total<D, 8, G, true, false, false>(64, 0), i8_smem_total<D, 8, G, false, false, true>(0, 4),
+                i8_smem_total<D, 8, G, false, false, true>(0, I8_OUTL_MAX), i8_smem_total<D, 8, G, true, true, false>(16, 0),
+                i8_smem_total<D, 8, G, true, false, true>(16, 4), i8_smem_total<D, 16, G, false, false, false>(0, 0),
+                i8_smem_total<D, 16, G, false, true, false>(0, 0), i8_smem_total<D, 16, G, false, false, true>(0, I8_OUTL_MAX));
+}
+
+template <int D, int... G>
+void rows(std::integer_sequence<int, G...>) {
+    (row<D, G + 1>(), ...);
+}
+
 int main() {
-    std::printf("64 %zu %d %d %d %d %d %zu\n", sizeof(I8Smem<64>), I8_EXACT_SMEM(64), I8_TIER_A_SMEM(64, 8),
-                I8_TIER_A_SMEM(64, 64), I8_OUTL_SMEM(64, 4), I8_OUTL_SMEM(64, I8_OUTL_MAX), sizeof(I8Smem<64, 16>));
-    std::printf("128 %zu %d %d %d %d %d %zu\n", sizeof(I8Smem<128>), I8_EXACT_SMEM(128), I8_TIER_A_SMEM(128, 8),
-                I8_TIER_A_SMEM(128, 64), I8_OUTL_SMEM(128, 4), I8_OUTL_SMEM(128, I8_OUTL_MAX), sizeof(I8Smem<128, 16>));
-    std::printf("256 %zu %d %d %d %d %d %zu\n", sizeof(I8Smem<256>), I8_EXACT_SMEM(256), I8_TIER_A_SMEM(256, 8),
-                I8_TIER_A_SMEM(256, 64), I8_OUTL_SMEM(256, 4), I8_OUTL_SMEM(256, I8_OUTL_MAX), sizeof(I8Smem<256, 16>));
+    rows<64>(std::make_integer_sequence<int, 8>{});
+    rows<128>(std::make_integer_sequence<int, 8>{});
+    rows<256>(std::make_integer_sequence<int, 8>{});
     return 0;
 }

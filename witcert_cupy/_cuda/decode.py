@@ -179,7 +179,7 @@ class DecodePlan:
             self.stage1_template = (f"decode_stage1_i8<{d}, {G}, {tc}, {_cpp_bool(P > 0)}, {_cpp_bool(exact)}, "
                                     f"{_cpp_bool(np2 > 0)}, {bits}>")
             self.stage1 = kernel(f"decode_i8_d{d}.cu", None, self.stage1_template)
-            self.smem1 = geo.i8_smem_bytes(d, exact, dev.num_bands if tc & 1 else 0, np2, bits)
+            self.smem1 = geo.i8_smem_bytes(d, exact, dev.num_bands if tc & 1 else 0, np2, bits, G)
         elif stage1 == "v2":  # the second template argument: dither bits
             # the third: the default layout as constants (no outlier channels, 32-channel groups, no
             # Tier-A term; decode_v2.cu), the same results in less code

@@ -162,26 +162,33 @@ def i8_threads(head_dim):
     return 32 * (head_dim // I8_WARP_CH)
 
 
-def i8_smem_bytes(head_dim, exact=False, num_bands=0, outlier_channels=0, bits=8):
-    """decode_stage1_i8's dynamic shared memory in bytes at ``head_dim``: ``sizeof(I8Smem<D>)`` of
-    cuda/decode_i8_geometry.cuh, with the exact tier (``exact``) ``I8_EXACT_SMEM(D)`` beyond it, and
-    with a Tier-A term over ``num_bands`` witness bands ``I8_TIER_A_SMEM(D, NB)`` (the kernel traps
-    when launched with less).  Per warp two buffers of staged K and V rows (64 bytes each, 32
-    tokens) and one tile of dither fields per side, K scales of every group and V scales of its two
-    per token and buffer, and the partial logits of 8 heads per buffer; per head and group the
-    constants (16 bytes) and the query digits (24 bytes); the end's exchange of the warps after the
-    first (4 floats a lane); with the exact tier, a partial Σ|q||k| per warp, head and token; with
+def i8_head_rows(heads, tier_a, exact, outliers):
+    """Head rows of decode_stage1_i8's partial logits and exact-tier sums (I8_HEAD_ROWS of
+    cuda/decode_i8_geometry.cuh): the ``heads`` (G) where shared memory sets its CTAs per SM (a
+    Tier-A term beside the exact tier or outlier pairs), else the mma's 8."""
+    return heads if tier_a and (exact or outliers) else 8
+
+
+def i8_smem_bytes(head_dim, exact=False, num_bands=0, outlier_channels=0, bits=8, heads=8):
+    """decode_stage1_i8's dynamic shared memory in bytes at ``head_dim`` and ``heads`` (G) query
+    heads per kv head: ``i8_smem_total`` of cuda/decode_i8_geometry.cuh (the kernel traps when
+    launched with less).  Per warp two buffers of staged K and V rows (64 bytes each, 32 tokens) and
+    one tile of dither fields per side, K scales of every group and V scales of its two per token and
+    buffer, and the partial logits of R head rows per buffer (``i8_head_rows``); per head row of the
+    mma (8) and group the constants (16 bytes) and the query digits (24 bytes); with the exact tier,
+    a partial Σ|q||k| per warp, head row and token; with
     Tier A, the tile's staged witness rows per buffer (each by the warp certifying its token), and
     per head the band coefficients and the evaluation term's per-group coefficients; with
     ``outlier_channels`` (outlier pairs) their channels, each head's query on them and per warp,
     buffer and token the K and V rows' stored values (``I8_OUTL_SMEM(D, NP2)``).  At ``bits = 16`` two
-    tiles of dither fields per side (``sizeof(I8Smem<D, 16>)``)."""
+    tiles of dither fields per side."""
     nw, ng = head_dim // I8_WARP_CH, head_dim // 32
-    per_warp = 2 * 2 * 32 * 64 + bits // 4 * 32 * 64 + 2 * 32 * ng * 2 + 2 * 32 * 2 * 2 + 2 * 8 * 32 * 4
-    base = nw * per_warp + 8 * ng * (16 + 4 * 16 + 4 * 8) + max(nw - 1, 1) * 32 * 4 * 4
+    rows = i8_head_rows(heads, num_bands > 0, exact, outlier_channels > 0)
+    per_warp = 2 * 2 * 32 * 64 + bits // 4 * 32 * 64 + 2 * 32 * ng * 2 + 2 * 32 * 2 * 2 + 2 * rows * 32 * 4
+    base = nw * per_warp + 8 * ng * (16 + 4 * 16 + 4 * 8)
     tier_a = 2 * 32 * num_bands * 2 + 8 * num_bands * 4 + 8 * ng * 4 if num_bands else 0
     outl = 4 * I8_OUTL_MAX + 32 * outlier_channels + nw * 2 * 32 * 2 * outlier_channels * 2 if outlier_channels else 0
-    return base + (nw * 8 * 32 * 4 if exact else 0) + tier_a + outl
+    return base + (nw * rows * 32 * 4 if exact else 0) + tier_a + outl
 
 
 def i8_serves(G, pairs, tokens, exact_tier=False, tier_a=False, outliers=False, bits=8):
