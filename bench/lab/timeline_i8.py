@@ -40,7 +40,7 @@ PROBES = [
     ("        pg = page_of(t0 + 2 * I8_TILE);", "        if (it == 0) WC_TL(3, wc_clk());"),
     ("            fields16(0, slot);\n            fields16(1, slot);\n        }", "        if (it == 0) WC_TL(4, wc_clk());"),
     ("        cp_async_wait_group<1>();\n        __syncwarp();", "        if (it == 0) WC_TL(5, wc_clk());"),
-    ("            *reinterpret_cast<float2*>(&sh.xp[buf][w][g][8 * n + 2 * t]) = make_float2(inner[0], inner[1]);\n"
+    ("            if (R == 8 || g < R) *reinterpret_cast<float2*>(&sh.xp[buf][w][g][8 * n + 2 * t]) = make_float2(inner[0], inner[1]);\n"
      "        }", "        if (it == 0) WC_TL(6, wc_clk());"),
     ("        prefetch_tier(ten, sln, w);\n        pe = page_entry(pg);  // (after the K products, under which the page id arrived)",
      None),  # (the exact K pass ends just above this line: the probe goes before it)

@@ -182,6 +182,8 @@ def i8_smem_bytes(head_dim, exact=False, num_bands=0, outlier_channels=0, bits=8
     ``outlier_channels`` (outlier pairs) their channels, each head's query on them and per warp,
     buffer and token the K and V rows' stored values (``I8_OUTL_SMEM(D, NP2)``).  At ``bits = 16`` two
     tiles of dither fields per side."""
+    if not 1 <= heads <= 8:
+        raise ValueError(f"heads: {heads} query heads per kv head; decode_stage1_i8 serves 1 to 8")
     nw, ng = head_dim // I8_WARP_CH, head_dim // 32
     rows = i8_head_rows(heads, num_bands > 0, exact, outlier_channels > 0)
     per_warp = 2 * 2 * 32 * 64 + bits // 4 * 32 * 64 + 2 * 32 * ng * 2 + 2 * 32 * 2 * 2 + 2 * rows * 32 * 4
