@@ -1,5 +1,6 @@
 """bench/lab/ab_trees.py's command line: a case names a configuration, a shape, optionally a forced
-kernel and 'clear'; what is wrong is refused by name before anything is built (no GPU needed)."""
+kernel, 'clear' and a split count for both trees; what is wrong is refused by name before anything is
+built (no GPU needed)."""
 
 import pytest
 
@@ -10,9 +11,13 @@ CONFIGS = {"tier_b_8": None, "gate_step": None}
 
 
 def test_cases_parse():
-    assert ab.parse_case("gate_step:1/32/8/4096", CONFIGS) == ("gate_step", (1, 32, 8, 4096), "auto", False)
-    assert ab.parse_case("gate_step:8/28/4/32768:i8:clear", CONFIGS) == ("gate_step", (8, 28, 4, 32768), "i8", True)
-    assert ab.parse_case("tier_b_8:1/32/8/4096:clear", CONFIGS) == ("tier_b_8", (1, 32, 8, 4096), "auto", True)
+    assert ab.parse_case("gate_step:1/32/8/4096", CONFIGS) == ("gate_step", (1, 32, 8, 4096), "auto", False, None)
+    assert ab.parse_case("gate_step:8/28/4/32768:i8:clear", CONFIGS) == ("gate_step", (8, 28, 4, 32768), "i8", True,
+                                                                         None)
+    assert ab.parse_case("tier_b_8:1/32/8/4096:clear", CONFIGS) == ("tier_b_8", (1, 32, 8, 4096), "auto", True, None)
+    assert ab.parse_case("tier_b_8:8/32/8/32768:ns=12", CONFIGS) == ("tier_b_8", (8, 32, 8, 32768), "auto", False, 12)
+    assert ab.parse_case("gate_step:8/28/4/32768:i8:ns=24:clear", CONFIGS) == ("gate_step", (8, 28, 4, 32768), "i8",
+                                                                               True, 24)
 
 
 @pytest.mark.parametrize("text, says", [
@@ -23,6 +28,9 @@ def test_cases_parse():
     ("gate_step:0/32/8/4096", "positive integers"),
     ("gate_step:1/32/8/4096:v9", "STAGE1 is one of"),
     ("gate_step:1/32/8/4096:i8:v2", "STAGE1 is one of"),
+    ("gate_step:1/32/8/4096:ns=0", "ns=N takes one positive split count"),
+    ("gate_step:1/32/8/4096:ns=x", "ns=N takes one positive split count"),
+    ("gate_step:1/32/8/4096:ns=4:ns=8", "ns=N takes one positive split count"),
 ])
 def test_bad_cases_are_refused_by_name(text, says):
     with pytest.raises(ValueError, match=says):

@@ -18,6 +18,7 @@ def test_cases_parse():
     ("nope:1/32/8/4096", "CONFIG one of tier_b_16, witness_ab_16"),
     ("tier_b_16:1/32/8/4096:i8", "both kernels run on every case"),
     ("tier_b_16:1/32/8/4096:clear", "both kernels run on every case"),
+    ("tier_b_16:1/32/8/4096:ns=8", "both kernels run on every case"),
 ])
 def test_cases_refused_by_name(text, says):
     with pytest.raises(ValueError, match=says):

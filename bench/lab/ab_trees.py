@@ -6,9 +6,11 @@ alternately, ``--rounds`` times, the median).
     python3 bench/cert_cost.py --make-baseline HEAD /tmp/base           # here: the tree before the change
     PYTHONPATH=. python3 bench/lab/ab_trees.py /tmp/base gate_step:1/32/8/4096 exact_tier_1pct:8/28/4/32768:v2
 
-A case is ``CONFIG:B/Hq/Hkv/context[:STAGE1][:clear]``: STAGE1 forces a kernel ('auto' by default),
-``clear`` unmaps every exact-tier page after the plans are built (the pool keeps its tier, so the
-step keeps its instantiation: what the instantiation costs without exact tiles).  A summary line per
+A case is ``CONFIG:B/Hq/Hkv/context[:STAGE1][:clear][:ns=N]``: STAGE1 forces a kernel ('auto' by
+default), ``clear`` unmaps every exact-tier page after the plans are built (the pool keeps its tier,
+so the step keeps its instantiation: what the instantiation costs without exact tiles), ``ns=N``
+gives both trees N splits (by default each its own: a change of occupancy changes the split count,
+and with it o's merge rounding, so ``same_o`` needs the same N to say whether a bit moved).  A summary line per
 case, and ``--json`` writes them.  A change that should not move a bit reads ``same_o`` and
 ``same_cert`` true; one that changes the arithmetic reads false there, which is for its own tests to
 judge.
@@ -30,24 +32,29 @@ STAGE1 = ("auto", "v1", "v2", "i8")
 
 
 def parse_case(text, configs):
-    """``(config, (B, Hq, Hkv, context), stage1, clear)`` of one case; ValueError naming what is wrong."""
+    """``(config, (B, Hq, Hkv, context), stage1, clear, splits)`` of one case (``splits`` None: each
+    tree's default); ValueError naming what is wrong."""
     parts = text.split(":")
     if len(parts) < 2 or parts[0] not in configs:
-        raise ValueError(f"{text!r}: CONFIG:B/Hq/Hkv/context[:STAGE1][:clear], CONFIG one of {', '.join(configs)}")
+        raise ValueError(f"{text!r}: CONFIG:B/Hq/Hkv/context[:STAGE1][:clear][:ns=N], "
+                         f"CONFIG one of {', '.join(configs)}")
     dims = parse_shape(parts[1])
     rest = parts[2:]
     clear = "clear" in rest
-    rest = [r for r in rest if r != "clear"]
+    ns = [r[3:] for r in rest if r.startswith("ns=")]
+    rest = [r for r in rest if r != "clear" and not r.startswith("ns=")]
+    if len(ns) > 1 or (ns and not (ns[0].isdigit() and int(ns[0]) >= 1)):
+        raise ValueError(f"{text!r}: ns=N takes one positive split count")
     stage1 = rest[0] if rest else "auto"
     if stage1 not in STAGE1 or len(rest) > 1:
-        raise ValueError(f"{text!r}: STAGE1 is one of {', '.join(STAGE1)}, then optionally 'clear'")
-    return parts[0], dims, stage1, clear
+        raise ValueError(f"{text!r}: STAGE1 is one of {', '.join(STAGE1)}, then optionally 'clear' and 'ns=N'")
+    return parts[0], dims, stage1, clear, int(ns[0]) if ns else None
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("baseline", help="a tree written by bench/cert_cost.py --make-baseline")
-    ap.add_argument("cases", nargs="+", help="CONFIG:B/Hq/Hkv/context[:STAGE1][:clear]")
+    ap.add_argument("cases", nargs="+", help="CONFIG:B/Hq/Hkv/context[:STAGE1][:clear][:ns=N]")
     ap.add_argument("--reps", type=int, default=20, help="graph replays per timing (default 20)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating timings per package (default 3)")
     ap.add_argument("--json", help="also write the summaries here")
@@ -75,14 +82,14 @@ def main(argv=None):
     base = cert_cost.import_baseline(Path(args.baseline))
     l2 = bd.l2_bytes()
     rows = []
-    for k, (name, (B, hq, hkv, ctx), stage1, clear) in enumerate(cases):
+    for k, (name, (B, hq, hkv, ctx), stage1, clear, splits) in enumerate(cases):
         print(f"[ab_trees] case {k + 1}/{len(cases)}: {name} {B}/{hq}/{hkv}/{ctx}", file=sys.stderr, flush=True)
         _, tier, contrib, _ = bd.CONFIGS[name]
         plans, first = {}, {}
         for lab, pkg in (("base", base), ("this", this)):
             bd.wc = pkg  # the module global every Int8Case method builds with
             case = bd.config_case(name, B, hq, hkv, ctx, l2)
-            ps = case.plans(case.cfg.dither_bits, tier is not None, stage1=stage1, tier=tier or "B",
+            ps = case.plans(case.cfg.dither_bits, tier is not None, stage1=stage1, num_splits=splits, tier=tier or "B",
                             max_pages=ctx // bd.PAGE if contrib else 0)
             if clear:
                 if case.pool.tier_map_dev is None:
@@ -97,7 +104,7 @@ def main(argv=None):
                                          args.reps, args.rounds, bd.time_cupy,
                                          enter=lambda lab: setattr(bd, "wc", base if lab == "base" else this))
         mb, mt = med["base"], med["this"]
-        row = {"case": f"{name}:{B}/{hq}/{hkv}/{ctx}:{stage1}" + (":clear" if clear else ""),
+        row = {"case": f"{name}:{B}/{hq}/{hkv}/{ctx}:{stage1}" + (":clear" if clear else "") + (f":ns={splits}" if splits else ""),
                "kernels": {lab: f"{plans[lab][1][0].kernel_name} ns={plans[lab][1][0].ns}" for lab in plans},
                "base_us": round(mb, 2), "this_us": round(mt, 2), "ratio": round(mt / mb, 4),
                "same_o": bool(np.array_equal(ob, ot, equal_nan=True)),

@@ -22,15 +22,16 @@ KERNELS = ("i8", "v2")
 
 def check_cases(cases, configs):
     """``[(config, (B, Hq, Hkv, context))]`` of the command line's cases; ValueError naming the first
-    that is wrong (bench/lab/ab_trees.py's parser, without its STAGE1 and 'clear')."""
+    that is wrong (bench/lab/ab_trees.py's parser, without its STAGE1, 'clear' and 'ns=N')."""
     sys.path.insert(0, str(ROOT / "bench" / "lab"))
     from ab_trees import parse_case  # (bench/lab: one parser of a case for the lab tools)
 
     out = []
     for c in cases:
-        name, dims, stage1, clear = parse_case(c, configs)
-        if stage1 != "auto" or clear:
-            raise ValueError(f"{c!r}: both kernels run on every case (no STAGE1, no clear)")
+        name, dims, stage1, clear, splits = parse_case(c, configs)
+        if stage1 != "auto" or clear or splits:
+            raise ValueError(f"{c!r}: both kernels run on every case at their default splits (no STAGE1, no clear, "
+                             "no ns=N)")
         out.append((name, dims))
     return out
 

@@ -142,11 +142,12 @@ def main(argv=None):
     parsed = []
     for c in args.cases:
         try:
-            name, dims, stage1, clear = parse_case(c, bd.CONFIGS)
+            name, dims, stage1, clear, splits = parse_case(c, bd.CONFIGS)
         except ValueError as e:
             ap.error(f"cases: {e}")
-        if stage1 != "auto" or clear:
-            ap.error(f"cases: {c!r}: the timeline runs the form-(I) kernel on the pool as built (no STAGE1, no clear)")
+        if stage1 != "auto" or clear or splits:
+            ap.error(f"cases: {c!r}: the timeline runs the form-(I) kernel on the pool as built (no STAGE1, no clear, "
+                     "no ns=N)")
         parsed.append((name, dims))
     import cupy as cp
 
