@@ -346,17 +346,17 @@ def test_i8_shared_memory_is_the_kernel_s(tmp_path):
                 b(d, bits=16, heads=g), b(d, exact=True, bits=16, heads=g),
                 b(d, outlier_channels=geo.I8_OUTL_MAX, bits=16, heads=g))
 
+    def fits(ctas, smem):  # 228 KB an SM, 1 KB kept per CTA
+        return ctas * (smem + 1024) <= 228 * 1024
+
     assert got == {(d, g): mirror(d, g) for d in geo.I8_HEAD_DIMS for g in range(1, 9)}
     for (d, g), (plain, exact, _, _, o4, _, gate_ab, o4_ab, s16, s16x, s16o) in got.items():
-        # 228 KB an SM, 1 KB per CTA: 12 warps per SM (8 with the exact tier), with up to two outlier
-        # pairs still 12; at 16-bit dither the 8 warps its register bound is set for, with the exact tier or
-        # the most outlier pairs
-        per_sm = 12 * geo.I8_WARP_CH // d
-        fits = lambda n, smem: n * (smem + 1024) <= 228 * 1024  # noqa: E731
-        assert fits(per_sm, plain) and fits(8 * geo.I8_WARP_CH // d, exact) and fits(per_sm, o4), (d, g)
-        assert fits(8 * geo.I8_WARP_CH // d, max(s16, s16x, s16o)), (d, g)
-        want = {64: g <= 3, 128: g <= 7, 256: True}[d]
-        assert fits(per_sm, gate_ab) == want, (d, g, gate_ab)
+        # 12 warps per SM (8 with the exact tier), with up to two outlier pairs still 12; at 16-bit
+        # dither the 8 warps its register bound is set for, with the exact tier or the most outlier pairs
+        per_sm, wide = 12 * geo.I8_WARP_CH // d, 8 * geo.I8_WARP_CH // d
+        assert fits(per_sm, plain) and fits(wide, exact) and fits(per_sm, o4), (d, g)
+        assert fits(wide, max(s16, s16x, s16o)), (d, g)
+        assert fits(per_sm, gate_ab) == {64: g <= 3, 128: g <= 7, 256: True}[d], (d, g, gate_ab)
         assert fits(per_sm, o4_ab) == {64: False, 128: g <= 6, 256: True}[d], (d, g, o4_ab)
 
 

@@ -89,8 +89,8 @@ def main(argv=None):
         for lab, pkg in (("base", base), ("this", this)):
             bd.wc = pkg  # the module global every Int8Case method builds with
             case = bd.config_case(name, B, hq, hkv, ctx, l2)
-            ps = case.plans(case.cfg.dither_bits, tier is not None, stage1=stage1, num_splits=splits, tier=tier or "B",
-                            max_pages=ctx // bd.PAGE if contrib else 0)
+            ps = case.plans(case.cfg.dither_bits, tier is not None, stage1=stage1, num_splits=splits,
+                            tier=tier or "B", max_pages=ctx // bd.PAGE if contrib else 0)
             if clear:
                 if case.pool.tier_map_dev is None:
                     ap.error(f"cases: {name} has no exact tier to clear")
@@ -104,7 +104,9 @@ def main(argv=None):
                                          args.reps, args.rounds, bd.time_cupy,
                                          enter=lambda lab: setattr(bd, "wc", base if lab == "base" else this))
         mb, mt = med["base"], med["this"]
-        row = {"case": f"{name}:{B}/{hq}/{hkv}/{ctx}:{stage1}" + (":clear" if clear else "") + (f":ns={splits}" if splits else ""),
+        label = f"{name}:{B}/{hq}/{hkv}/{ctx}:{stage1}" + (":clear" if clear else "")
+        label += f":ns={splits}" if splits else ""
+        row = {"case": label,
                "kernels": {lab: f"{plans[lab][1][0].kernel_name} ns={plans[lab][1][0].ns}" for lab in plans},
                "base_us": round(mb, 2), "this_us": round(mt, 2), "ratio": round(mt / mb, 4),
                "same_o": bool(np.array_equal(ob, ot, equal_nan=True)),
