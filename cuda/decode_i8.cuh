@@ -14,8 +14,9 @@
 // tokens τ(n, i) = 8n + 2t + i (n < 4, i < 2).  Per tile:
 //   1. lane = token: the warp's 8 Philox calls (its 4 chunks × K, V), the fields stored as
 //      j' = 255 − j into the warp's dither tiles beside its staged rows;
-//   2. K: per 8 tokens and scale group, four m16n8k32 products (rows g: head g, g + 8: its second
-//      partial sum; columns: tokens; k: the group's 32 channels, ldmatrix fragments)
+//   2. K: per 8 tokens and scale group, three m16n8k32 products (columns: tokens; k: the group's 32
+//      channels, ldmatrix fragments): {a0, a1}·k (rows g: head g's R0; rows g + 8 unused) and
+//      {a0, a1}·j' + {a1, a2}·k (rows g: R1, rows g + 8: R2), every row of the A fragments a digit,
 //        R0 = Σ a0·k,  R1 = Σ a1·k + Σ a0·j',  R2 = Σ a2·k + Σ a1·j'      (s32, exact)
 //      so that Σ_c Q_c·(512k_c + 2j'_c − 255) = 2^25 R0 + 2^17 R1 + 2^9 R2 − 255·ΣQ + 2·Σ a2·j';
 //      then in fp32 Z = fma(fl(256·R0 + R1), W1, fma(R2, W1/256, C)) per group, the warp's two
@@ -27,7 +28,7 @@
 //      lse_j and λ_j;
 //   4. V over the warp's two groups: P' = p̃·s_g per token and group as Y = rint(P'·σ), σ = 63·2^16
 //      over the tile's largest P' of the head and group, in three digits (b0 ∈ [0, 63], b1, b2
-//      signed bytes), and per 16 channels four m16n8k32 products over the 32 tokens
+//      signed bytes), and per 16 channels three m16n8k32 products over the 32 tokens as for K
 //      (ldmatrix.trans, the bytes regrouped by prmt) give R0 = Σ b0·k, R1 = Σ b1·k + Σ b0·j',
 //      R2 = Σ b2·k + Σ b1·j' exactly; o += (2^8·(256·R0 + R1) + R2)/σ, and −(255/512)·ΣP' per
 //      group at the end.
@@ -41,9 +42,11 @@
 // chain over the channels), c_t adds gamma_exact·Σ|q_c||k_c| (docs/certificate.md §11), and their
 // values are p̃·v in fp32, which replace the integer products' result on those channels.
 // 16-bit dither (BITS = 16): j' = 65535 − j as two bytes, jh' and jl', in two dither tiles per side
-// (four per warp); R2 gains Σ a0·jl' and the rows g + 8 of its
-// accumulator hold R3 = Σ a2·jh' + Σ a1·jl' (one more product per group and 8 tokens, one more per 16
-// channels of V), Z = fma(fl(Y), W1, fma(fl(256·R2 + R3), W1/65536, C)) (docs/certificate.md §11).
+// (four per warp); five products per group and 8 tokens (per 16 channels of V): {a0, a1}·kc +
+// {0, a0}·jh' (rows g: R0, g + 8: R1) and {a2, 0}·kc + {a1, a2}·jh' + {a0, a1}·jl' (rows g: R2 =
+// Σ a2·k + Σ a1·jh' + Σ a0·jl', rows g + 8: R3 = Σ a2·jh' + Σ a1·jl'; eight product terms over
+// three B operands need five), Z = fma(fl(Y), W1, fma(fl(256·R2 + R3), W1/65536, C))
+// (docs/certificate.md §11).
 // The values are held to SPEC §9's flash-attention rule (V does not enter the certificate); the
 // weights they apply are p̃ to 22 bits of each tile's largest, so both readings of p̃ (SPEC §5)
 // agree within fp32 resolution.
@@ -582,19 +585,29 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
 #pragma unroll
             for (int gg = 0; gg < 2; ++gg) {
                 const int gr = 2 * w + gg;
-                // a0, a1 (low k, rows g and g + 8), a0, a1 (high k); a2 low, high
+                // a0, a1 (low k, rows g and g + 8), a0, a1 (high k); a12: a1, a2 (low), a1, a2 (high)
                 const uint4 a01 = sh.qd01[gr][g][t];
                 const uint2 a2 = sh.qd2[gr][g][t];
+                const uint4 a12 = make_uint4(a01.y, a2.x, a01.w, a2.y);
                 const float4 cq = sh.cf[g][gr];
+                // (R0, R1, R2) at c01[i], c01[2 + i], c2[i]; 16 bits: R3 at c2[2 + i]
                 int c01[4], c2[4];
-                imma_k32<false>(c01, a01.x, a01.y, a01.z, a01.w, kc[2 * gg], kc[2 * gg + 1], zero4);
-                imma_k32<true>(c01, 0u, a01.x, 0u, a01.z, kd[2 * gg], kd[2 * gg + 1], c01);
-                imma_k32<false>(c2, a2.x, 0u, a2.y, 0u, kc[2 * gg], kc[2 * gg + 1], zero4);
                 if constexpr (BITS == 8) {
-                    imma_k32<true>(c2, a01.y, 0u, a01.w, 0u, kd[2 * gg], kd[2 * gg + 1], c2);
+                    // three products, no row of zeros: rows g of the first give R0 (rows g + 8, Σ a1·k,
+                    // unused); {a0, a1}·j' + {a1, a2}·k give R1 in rows g and R2 in rows g + 8 (an
+                    // integer sum: exact in any order)
+                    int c0[4], c12[4];
+                    imma_k32<false>(c0, a01.x, a01.y, a01.z, a01.w, kc[2 * gg], kc[2 * gg + 1], zero4);
+                    imma_k32<true>(c12, a01.x, a01.y, a01.z, a01.w, kd[2 * gg], kd[2 * gg + 1], zero4);
+                    imma_k32<false>(c12, a12.x, a12.y, a12.z, a12.w, kc[2 * gg], kc[2 * gg + 1], c12);
+                    c01[0] = c0[0], c01[1] = c0[1], c01[2] = c12[0], c01[3] = c12[1];
+                    c2[0] = c12[2], c2[1] = c12[3];
                 } else {  // (j' = 256·jh' + jl': R2 = Σ a2·k + Σ a1·jh' + Σ a0·jl' in rows g, R3 =
                     // Σ a2·jh' + Σ a1·jl' in rows g + 8)
-                    imma_k32<true>(c2, a01.y, a2.x, a01.w, a2.y, kd[2 * gg], kd[2 * gg + 1], c2);
+                    imma_k32<false>(c01, a01.x, a01.y, a01.z, a01.w, kc[2 * gg], kc[2 * gg + 1], zero4);
+                    imma_k32<true>(c01, 0u, a01.x, 0u, a01.z, kd[2 * gg], kd[2 * gg + 1], c01);
+                    imma_k32<false>(c2, a12.y, 0u, a12.w, 0u, kc[2 * gg], kc[2 * gg + 1], zero4);
+                    imma_k32<true>(c2, a12.x, a12.y, a12.z, a12.w, kd[2 * gg], kd[2 * gg + 1], c2);
                     imma_k32<true>(c2, a01.x, a01.y, a01.z, a01.w, kl[2 * gg], kl[2 * gg + 1], c2);
                 }
 #pragma unroll
@@ -947,14 +960,23 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
                     const u32 sel = odd ? 0x7531u : 0x6420u;
                     const u32 bk0 = prmt(vc[0], vc[1], sel), bk1 = prmt(vc[2], vc[3], sel);
                     const u32 bj0 = prmt(vd[0], vd[1], sel), bj1 = prmt(vd[2], vd[3], sel);
-                    // R0 = Σ b0·k (rows g), R1 = Σ b1·k + Σ b0·j' (rows g + 8), R2 = Σ b2·k + Σ b1·j'
+                    // R0 = Σ b0·k, R1 = Σ b1·k + Σ b0·j', R2 = Σ b2·k + Σ b1·j' at c[i], c[2 + i], c2[i]
                     int c[4], c2[4];
-                    imma_k32<false>(c, b0lo, b1lo, b0hi, b1hi, bk0, bk1, zero4);
-                    imma_k32<true>(c, 0u, b0lo, 0u, b0hi, bj0, bj1, c);
-                    imma_k32<false>(c2, b2lo, 0u, b2hi, 0u, bk0, bk1, zero4);
-                    imma_k32<true>(c2, b1lo, 0u, b1hi, 0u, bj0, bj1, c2);
-                    if constexpr (BITS == 16) {  // (j' = 256·jh' + jl', bj the jh' bytes: R2 += Σ b0·jl';
+                    if constexpr (BITS == 8) {
+                        // three products, no row of zeros: rows g of {b0, b1}·k give R0 (rows g + 8
+                        // unused), {b0, b1}·j' + {b1, b2}·k give R1 in rows g and R2 in rows g + 8
+                        int c0[4], c12[4];
+                        imma_k32<false>(c0, b0lo, b1lo, b0hi, b1hi, bk0, bk1, zero4);
+                        imma_k32<true>(c12, b0lo, b1lo, b0hi, b1hi, bj0, bj1, zero4);
+                        imma_k32<false>(c12, b1lo, b2lo, b1hi, b2hi, bk0, bk1, c12);
+                        c[0] = c0[0], c[1] = c0[1], c[2] = c12[0], c[3] = c12[1];
+                        c2[0] = c12[2], c2[1] = c12[3];
+                    } else {  // (j' = 256·jh' + jl', bj the jh' bytes: R2 += Σ b0·jl';
                         // Σ b2·jh' + Σ b1·jl', weighted 2^-8 against R2, dropped as 8 bits drop Σ b2·j')
+                        imma_k32<false>(c, b0lo, b1lo, b0hi, b1hi, bk0, bk1, zero4);
+                        imma_k32<true>(c, 0u, b0lo, 0u, b0hi, bj0, bj1, c);
+                        imma_k32<false>(c2, b2lo, 0u, b2hi, 0u, bk0, bk1, zero4);
+                        imma_k32<true>(c2, b1lo, 0u, b1hi, 0u, bj0, bj1, c2);
                         imma_k32<true>(c2, b0lo, 0u, b0hi, 0u, prmt(vl[0], vl[1], sel), prmt(vl[2], vl[3], sel), c2);
                     }
 #pragma unroll

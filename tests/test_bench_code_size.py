@@ -35,3 +35,26 @@ def test_outlier_instance_counts_more_code_than_tier_b():
     plain = next(n for f, n in counts.items() if "ELb0ELi8E" in f)
     outl = next(n for f, n in counts.items() if "ELb1ELi8E" in f)
     assert 1000 < plain < outl
+
+
+SASS = """
+        Function : _Z1fv
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   IMMA.16832.S8.S8 R4, R8.ROW, R12.COL, RZ ;
+{body}
+        /*{end:04x}*/              @P0 BRA 0x10 ;
+        /*{stub:04x}*/                   EXIT ;
+        /*{stub2:04x}*/                  BRA.DIV UR4, 0x20 ;
+"""
+
+
+def _sass(n):
+    body = "\n".join(f"        /*{0x20 + 16 * i:04x}*/                   FADD R2, R2, R3 ;" for i in range(n))
+    end = 0x20 + 16 * n
+    return SASS.format(body=body, end=end, stub=end + 16, stub2=end + 32)
+
+
+def test_loops_are_backward_branches_of_some_length_without_an_exit():
+    # the body runs from the branch's target (0x10, the mma) to the branch: n + 2 instructions
+    assert cs.loops(_sass(40)) == {"_Z1fv": [(0x10, 0x20 + 16 * 40, 42, 1)]}
+    assert cs.loops(_sass(10)) == {"_Z1fv": []}  # (shorter than LOOP_MIN)

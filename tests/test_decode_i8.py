@@ -513,6 +513,22 @@ def test_i8_kernel_non_finite_inputs(pairs):
     assert np.all(~np.isfinite(r.o[1, heads0].get())) and np.all(r.tv_bound[1, heads0].get() == 1.0)
     assert np.array_equal(r.o[0].get(), clean.o[0].get())
     assert bool(cp.all(cp.isfinite(r.tv_bound[1, G:])))
+    # ... and so when one head of the group has a NaN query: the heads with finite queries still
+    # see the non-finite scale
+    qn = q.copy()
+    qn[1, 2, 7] = np.nan
+    r = run(qn)
+    assert np.all(~np.isfinite(r.o[1, heads0].get())) and np.all(r.tv_bound[1, heads0].get() == 1.0)
+    assert bool(cp.all(cp.isfinite(r.tv_bound[1, G:])))
+    # a NaN K entry (its scale group's scale is not finite): every logit of that token is NaN, so
+    # every head of the kv group is dead (o NaN, bound 1), the other kv head and request untouched
+    k[0, 0, 9] = np.nan
+    v[0, 0] = 1.0
+    pg.write(0, cp.asarray([slot]), cp.asarray(k), cp.asarray(v))
+    r = run(q)
+    assert np.all(np.isnan(r.o[1, heads0].get())) and np.all(r.tv_bound[1, heads0].get() == 1.0)
+    assert np.array_equal(r.o[0].get(), clean.o[0].get())
+    assert bool(cp.all(cp.isfinite(r.o[1, G:]))) and bool(cp.all(cp.isfinite(r.tv_bound[1, G:])))
 
 
 @pytest.mark.gpu

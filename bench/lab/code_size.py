@@ -6,6 +6,11 @@ kernel: docs/performance.md).  Needs nvcc only, not cuobjdump or a GPU.
 
     python3 bench/lab/code_size.py --i8 128                 # the form-(I) kernel's features at d = 128
     python3 bench/lab/code_size.py 'decode_i8.cuh:WC_I8_INST1B(128, 4, 2, false, false, true, 8)'
+    python3 bench/lab/code_size.py --i8 128 --loops         # ... and each loop's body (needs cuobjdump)
+
+``--loops`` lists every loop of each function (a backward branch over at least 32 instructions and
+no exit: its body's instructions and mma among them): the form-(I) kernel's tile loop is what a tile costs a warp,
+less its inner loops' further trips (the K products' loop runs twice a tile).
 
 An instance is ``HEADER:INSTANTIATION`` (a header of ``cuda/`` and a line that instantiates templates
 from it); ``--i8 D`` lists the form-(I) kernel's instances at head dim D, G = 4: Tier B, A, AB, page
@@ -56,9 +61,9 @@ def text_sections(cubin: bytes) -> dict[str, int]:
     return out
 
 
-def compile_instances(header: str, lines: list[str], nvcc: str = "nvcc") -> dict[str, int]:
-    """Instructions per function of ``lines`` (instantiations) after ``#include "header"``, built as
-    the library's kernels are checked (sm_90, flush-to-zero, the contract's defines)."""
+def compile_cubin(header: str, lines: list[str], nvcc: str = "nvcc") -> bytes:
+    """The cubin of ``lines`` (instantiations) after ``#include "header"``, built as the library's
+    kernels are checked (sm_90, flush-to-zero, the contract's defines)."""
     from witcert_cupy._cuda import build
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -69,7 +74,47 @@ def compile_instances(header: str, lines: list[str], nvcc: str = "nvcc") -> dict
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
             raise RuntimeError(f"nvcc failed on {header}: {lines}\n{r.stderr[-2000:]}")
-        return text_sections(out.read_bytes())
+        return out.read_bytes()
+
+
+def compile_instances(header: str, lines: list[str], nvcc: str = "nvcc") -> dict[str, int]:
+    """Instructions per function of ``lines`` (see :func:`compile_cubin`)."""
+    return text_sections(compile_cubin(header, lines, nvcc))
+
+
+LOOP_MIN = 32  # (shorter backward branches are the compiler's small loops and retries, not phases)
+
+
+def loops(sass: str) -> dict[str, list[tuple[int, int, int, int]]]:
+    """``{function: [(start, end, instructions, mma), ...]}`` of ``cuobjdump -sass`` text: every
+    backward branch over at least LOOP_MIN instructions and no EXIT, its body from the target to the
+    branch."""
+    out, fn, code = {}, None, []
+
+    def close():
+        if fn is not None:
+            found = []
+            for addr, text in code:
+                m = re.search(r"\bBRA(?:\.\w+)* (0x[0-9a-f]+)", text)
+                if m and int(m.group(1), 16) < addr:
+                    body = [t for a, t in code if int(m.group(1), 16) <= a <= addr]
+                    # (a warp-divergence stub after the exit branches back to its convergence point)
+                    if len(body) >= LOOP_MIN and not any(re.search(r"\bEXIT\b", t) for t in body):
+                        found.append((int(m.group(1), 16), addr, len(body),
+                                      sum(1 for t in body if re.search(r"\b[IH]?MMA\b|\bHMMA|\bIMMA", t))))
+            out[fn] = sorted(found)
+
+    for line in sass.splitlines():
+        f = re.search(r"Function : (\S+)", line)
+        if f:
+            close()
+            fn, code = f.group(1), []
+            continue
+        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+        if m and fn is not None:
+            code.append((int(m.group(1), 16), m.group(2)))
+    close()
+    return out
 
 
 def parse_instance(text: str) -> tuple[str, str]:
@@ -90,6 +135,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("instances", nargs="*", help="HEADER:INSTANTIATION")
     ap.add_argument("--i8", type=int, choices=(64, 128, 256), help="the form-(I) kernel's features at this head dim")
+    ap.add_argument("--loops", action="store_true", help="each function's loops and their bodies (needs cuobjdump)")
     args = ap.parse_args(argv)
     if not args.instances and args.i8 is None:
         ap.error("give instances or --i8 D")
@@ -101,11 +147,24 @@ def main(argv=None):
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         sys.exit("nvcc is not on PATH")
+    cuobjdump = shutil.which("cuobjdump")
+    if args.loops and cuobjdump is None:
+        sys.exit("--loops: cuobjdump is not on PATH (the nvidia-cuda-cuobjdump wheel carries it)")
     for k, (label, header, line) in enumerate(todo, 1):
         print(f"[code_size] {k}/{len(todo)} {label or line}", file=sys.stderr, flush=True)
-        for fn, n in compile_instances(header, [line], nvcc).items():
+        cubin = compile_cubin(header, [line], nvcc)
+        body = {}
+        if args.loops:
+            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+                f.write(cubin)
+                f.flush()
+                body = loops(subprocess.run([cuobjdump, "-sass", f.name], capture_output=True, text=True,
+                                            check=True).stdout)
+        for fn, n in text_sections(cubin).items():
             short = re.sub(r"^_Z\d+", "", fn)[:60]
             print(f"{n:7d} instructions  {label + ': ' if label else ''}{line}  ({short})")
+            for a, b, m, mma in body.get(fn, []):
+                print(f"          loop {a:#x}-{b:#x}: {m} instructions, {mma} mma")
 
 
 if __name__ == "__main__":
