@@ -133,6 +133,21 @@ WC_D void i8_exact_dot4(float4 q, const float (&x)[4], float& acc, float& aac) {
     for (int c = 0; c < 4; ++c) acc = __fadd_rn(acc, p[c]), aac = __fadd_rn(aac, fabsf(p[c]));
 }
 
+// 8-bit dither's three products of the digits d0, d1, d2 (A fragments, rows g and g + 8) against
+// the code bytes k and the complemented dither bytes j' (B fragments): {d0, d1}·k gives R0 = Σ d0·k
+// in rows g (its rows g + 8 are not used), and {d0, d1}·j' + {d1, d2}·k in one accumulator gives
+// R1 = Σ d1·k + Σ d0·j' in rows g and R2 = Σ d2·k + Σ d1·j' in rows g + 8 (integer sums: exact in any
+// order).  Out: r01 = {R0, R0, R1, R1} (the thread's two columns each), r2 = {R2, R2, -, -}
+WC_D void i8_three_products(int (&r01)[4], int (&r2)[4], uint4 d01, uint4 d12, u32 k0, u32 k1, u32 j0, u32 j1) {
+    const int zero4[4] = {0, 0, 0, 0};
+    int c0[4], c12[4];
+    imma_k32<false>(c0, d01.x, d01.y, d01.z, d01.w, k0, k1, zero4);
+    imma_k32<true>(c12, d01.x, d01.y, d01.z, d01.w, j0, j1, zero4);
+    imma_k32<false>(c12, d12.x, d12.y, d12.z, d12.w, k0, k1, c12);
+    r01[0] = c0[0], r01[1] = c0[1], r01[2] = c12[0], r01[3] = c12[1];
+    r2[0] = c12[2], r2[1] = c12[3];
+}
+
 WC_D u32 dynamic_smem_bytes() {
     u32 r;
     asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
@@ -593,15 +608,7 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
                 // (R0, R1, R2) at c01[i], c01[2 + i], c2[i]; 16 bits: R3 at c2[2 + i]
                 int c01[4], c2[4];
                 if constexpr (BITS == 8) {
-                    // three products, no row of zeros: rows g of the first give R0 (rows g + 8, Σ a1·k,
-                    // unused); {a0, a1}·j' + {a1, a2}·k give R1 in rows g and R2 in rows g + 8 (an
-                    // integer sum: exact in any order)
-                    int c0[4], c12[4];
-                    imma_k32<false>(c0, a01.x, a01.y, a01.z, a01.w, kc[2 * gg], kc[2 * gg + 1], zero4);
-                    imma_k32<true>(c12, a01.x, a01.y, a01.z, a01.w, kd[2 * gg], kd[2 * gg + 1], zero4);
-                    imma_k32<false>(c12, a12.x, a12.y, a12.z, a12.w, kc[2 * gg], kc[2 * gg + 1], c12);
-                    c01[0] = c0[0], c01[1] = c0[1], c01[2] = c12[0], c01[3] = c12[1];
-                    c2[0] = c12[2], c2[1] = c12[3];
+                    i8_three_products(c01, c2, a01, a12, kc[2 * gg], kc[2 * gg + 1], kd[2 * gg], kd[2 * gg + 1]);
                 } else {  // (j' = 256·jh' + jl': R2 = Σ a2·k + Σ a1·jh' + Σ a0·jl' in rows g, R3 =
                     // Σ a2·jh' + Σ a1·jl' in rows g + 8)
                     imma_k32<false>(c01, a01.x, a01.y, a01.z, a01.w, kc[2 * gg], kc[2 * gg + 1], zero4);
@@ -963,14 +970,8 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
                     // R0 = Σ b0·k, R1 = Σ b1·k + Σ b0·j', R2 = Σ b2·k + Σ b1·j' at c[i], c[2 + i], c2[i]
                     int c[4], c2[4];
                     if constexpr (BITS == 8) {
-                        // three products, no row of zeros: rows g of {b0, b1}·k give R0 (rows g + 8
-                        // unused), {b0, b1}·j' + {b1, b2}·k give R1 in rows g and R2 in rows g + 8
-                        int c0[4], c12[4];
-                        imma_k32<false>(c0, b0lo, b1lo, b0hi, b1hi, bk0, bk1, zero4);
-                        imma_k32<true>(c12, b0lo, b1lo, b0hi, b1hi, bj0, bj1, zero4);
-                        imma_k32<false>(c12, b1lo, b2lo, b1hi, b2hi, bk0, bk1, c12);
-                        c[0] = c0[0], c[1] = c0[1], c[2] = c12[0], c[3] = c12[1];
-                        c2[0] = c12[2], c2[1] = c12[3];
+                        i8_three_products(c, c2, make_uint4(b0lo, b1lo, b0hi, b1hi), make_uint4(b1lo, b2lo, b1hi, b2hi),
+                                          bk0, bk1, bj0, bj1);
                     } else {  // (j' = 256·jh' + jl', bj the jh' bytes: R2 += Σ b0·jl';
                         // Σ b2·jh' + Σ b1·jl', weighted 2^-8 against R2, dropped as 8 bits drop Σ b2·j')
                         imma_k32<false>(c, b0lo, b1lo, b0hi, b1hi, bk0, bk1, zero4);

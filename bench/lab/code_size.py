@@ -96,12 +96,12 @@ def loops(sass: str) -> dict[str, list[tuple[int, int, int, int]]]:
             found = []
             for addr, text in code:
                 m = re.search(r"\bBRA(?:\.\w+)* (0x[0-9a-f]+)", text)
-                if m and int(m.group(1), 16) < addr:
-                    body = [t for a, t in code if int(m.group(1), 16) <= a <= addr]
+                target = int(m.group(1), 16) if m else addr
+                if target < addr:
+                    body = [t for a, t in code if target <= a <= addr]
                     # (a warp-divergence stub after the exit branches back to its convergence point)
                     if len(body) >= LOOP_MIN and not any(re.search(r"\bEXIT\b", t) for t in body):
-                        found.append((int(m.group(1), 16), addr, len(body),
-                                      sum(1 for t in body if re.search(r"\b[IH]?MMA\b|\bHMMA|\bIMMA", t))))
+                        found.append((target, addr, len(body), sum(1 for t in body if re.search(r"\b[IH]?MMA\b", t))))
             out[fn] = sorted(found)
 
     for line in sass.splitlines():
