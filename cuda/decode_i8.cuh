@@ -179,7 +179,8 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
     // (a warp's certificate blocks are whole 16-token pages up to d = 128)
     static_assert(!PAGES || NBW % 2 == 0, "page contributions at d <= 128");
     constexpr int R = I8_HEAD_ROWS(G, TA, EXACT, OUTL);  // head rows of the partial logits and sums
-    using Smem = I8Smem<D, BITS, R>;
+    constexpr int QW = I8_QD2_WORDS(TA, OUTL);  // the words of the query digits' second fragment
+    using Smem = I8Smem<D, BITS, R, QW>;
     using Setup = I8Setup<D>;
     static_assert(sizeof(Setup) <= sizeof(((Smem*)0)->dith), "the set-up lives in the dither tiles");
     extern __shared__ __align__(16) unsigned char i8_smem[];
@@ -431,7 +432,12 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
                 // fragment's low half for wi < 4, its high half for the rest (thread t = wi mod 4)
                 u32* f01 = reinterpret_cast<u32*>(&sh.qd01[gr][g][wi & 3]) + 2 * (wi >> 2);
                 f01[0] = wd[0], f01[1] = wd[1];
-                reinterpret_cast<u32*>(&sh.qd2[gr][g][wi & 3])[wi >> 2] = wd[2];
+                if constexpr (QW == 4) {
+                    sh.qd2[gr][g][wi & 3][2 * (wi >> 2)] = wd[1];
+                    sh.qd2[gr][g][wi & 3][2 * (wi >> 2) + 1] = wd[2];
+                } else {
+                    sh.qd2[gr][g][wi & 3][wi >> 2] = wd[2];
+                }
             }
             // an entry the scaling flushes has Q = 0 and a residual below 2^-126, counted at that bound;
             // only a negative S can flush a normal entry (a subnormal one was flushed on reading: g₀'s,
@@ -552,6 +558,7 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
     // One register for both: held apart, the query's flag lived through the tile loop and with a
     // Tier-A term NVRTC 13.0's ptxas spilled it (d = 64 at G = 1–7, 128 at G = 5–8, 256 at G = 1–4)
     bool hbad = hflags & 1, vbad = false;
+    constexpr bool SCALES_AT_END = CERT || D < 256;  // (V's non-finite scales: found in ΣP' at the end)
     const int zero4[4] = {0, 0, 0, 0};
 
     int pe = page_entry(pg);  // (the next tile's page: its entry, once per split)
@@ -602,8 +609,13 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
                 const int gr = 2 * w + gg;
                 // a0, a1 (low k, rows g and g + 8), a0, a1 (high k); a12: a1, a2 (low), a1, a2 (high)
                 const uint4 a01 = sh.qd01[gr][g][t];
-                const uint2 a2 = sh.qd2[gr][g][t];
-                const uint4 a12 = make_uint4(a01.y, a2.x, a01.w, a2.y);
+                uint4 a12;
+                if constexpr (QW == 4) {
+                    a12 = *reinterpret_cast<const uint4*>(sh.qd2[gr][g][t]);
+                } else {
+                    const uint2 a2 = *reinterpret_cast<const uint2*>(sh.qd2[gr][g][t]);
+                    a12 = make_uint4(a01.y, a2.x, a01.w, a2.y);
+                }
                 const float4 cq = sh.cf[g][gr];
                 // (R0, R1, R2) at c01[i], c01[2 + i], c2[i]; 16 bits: R3 at c2[2 + i]
                 int c01[4], c2[4];
@@ -920,9 +932,12 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
             for (int n = 0; n < 4; ++n)
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {
-                    // (an exact-tier token's scale was staged as 0: P' = 0, its values come from the tier)
+                    // (an exact-tier token's scale was staged as 0: P' = 0, its values come from the tier;
+                    // a token past the split's end stages 0 as well.  A non-finite scale is found in ΣP'
+                    // at the end, not token by token, but at d = 256 without a certificate, where that
+                    // made ptxas spill 8–24 bytes)
                     const float sv = f16_to_f32(sh.vs[buf][w][8 * n + 2 * t + i][gg]);
-                    if (((vm >> (8 * n + 2 * t + i)) & 1u) && !is_finite32(sv)) vbad = true;
+                    if (!SCALES_AT_END && ((vm >> (8 * n + 2 * t + i)) & 1u) && !is_finite32(sv)) vbad = true;
                     pp[n][i] = __fmul_rn(p[n][i], sv);
                     pm = fmaxf(pm, pp[n][i]);
                     ps += pp[n][i];
@@ -1045,6 +1060,11 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
         gmx = fmaxf(gmx, __shfl_xor_sync(0xffffffffu, gmx, off));
         hbad = __shfl_xor_sync(0xffffffffu, (int)hbad, off) || hbad;
     }
+    // a non-finite V scale of a token in the split: its P' = p̃·s is NaN or ±inf for every p̃ ≥ 0 (0·inf
+    // is NaN) and stays so through every rescale and sum, while finite scales cannot overflow ΣP' (p̃ ≤
+    // 1, s ≤ 65504 per token).  So a head whose logits are finite has a non-finite ΣP' exactly when
+    // one of the warp's groups had such a scale; every head of the CTA reads the same scales
+    if (SCALES_AT_END && (!is_finite32(cs[0]) || !is_finite32(cs[1])) && g < G && !hbad) vbad = true;
     if constexpr (EXACT) {
         // an exact-tier token's non-finite value: p̃·v is NaN or ±inf for every p̃ ≥ 0 (0·inf is NaN)
         // and stays so through every rescale and sum, while finite values cannot overflow o (|v| ≤

@@ -26,7 +26,7 @@
 // tile's fields are written, and the warps' exchange at the end after the last tile's are read.
 // i8_smem_total below is the kernel's whole size; witcert_cupy/_cuda/geometry.py's i8_smem_bytes
 // mirrors it.
-template <int D, int BITS = 8, int R = 8>
+template <int D, int BITS = 8, int R = 8, int QW = 4>
 struct I8Smem {
     static constexpr int NW = D / I8_WARP_CH, NG = D / 32;
     u8 codes[2][NW][2][I8_TILE * I8_WARP_CH];  // [buffer][warp][side][i8_off(token, chunk)]
@@ -37,16 +37,22 @@ struct I8Smem {
     float xp[2][NW][R][I8_TILE];               // [buffer][warp][head][token]: partial logits
     float4 cf[8][NG];                          // [head][group]: W1, C, Tier B's a1, a2
     // the query digits as K's A fragments, [group][head][t]: {a0, a1} of channels 32γ + 4t .. and
-    // 32γ + 16 + 4t .., and a2 of both (thread (g, t)'s loads fall on distinct banks); rows g >= G
-    // zero (the mma's rows)
+    // 32γ + 16 + 4t .. (thread (g, t)'s loads fall on distinct banks); rows g >= G zero (the mma's
+    // rows).  Then (QW = 4) {a1, a2} of both, the second product's whole fragment (one 16-byte
+    // load, where building it from {a0, a1} and a2 cost four register moves per group and 8 tokens),
+    // or (QW = 2) a2 of both (I8_QD2_WORDS)
     uint4 qd01[NG][8][4];
-    uint2 qd2[NG][8][4];
+    u32 qd2[NG][8][4][QW];
 };
 // the head rows of the partial logits and of the exact tier's partial sums: the G heads where shared
 // memory sets the CTAs per SM (a Tier-A term beside the exact tier or outlier pairs: at d = 128 and
 // G <= 7 one more CTA per SM, 6), else the mma's 8, which every lane's row indexes without a test (sized
 // by G everywhere, NVRTC 13.0's ptxas spilled Tier-B instances at d = 64 and 256 over the tests)
 #define I8_HEAD_ROWS(G, TA, EXACT, OUTL) (((TA) && ((EXACT) || (OUTL))) ? (G) : 8)
+// the words of I8Smem::qd2 per (group, head, t): {a1, a2} in the instances of a fixed size, which
+// fit their CTAs per SM with it at every D; a2 alone beside a Tier-A term or outlier pairs, whose
+// runtime band and channel counts leave some steps no room (3 pairs or 32 bands lost a CTA per SM)
+#define I8_QD2_WORDS(TA, OUTL) (((TA) || (OUTL)) ? 2 : 4)
 // with the exact tier, beyond I8Smem<D, BITS, R>: the partial Σ|q_c||k_c| of exact-tier tokens per
 // warp, head row and token (floats; one buffer, behind a CTA barrier in tiles that have such tokens)
 #define I8_EXACT_SMEM(D, R) (((D) / I8_WARP_CH) * (R) * I8_TILE * 4)
@@ -66,7 +72,7 @@ struct I8Smem {
 template <int D, int BITS, int G, bool TA, bool EXACT, bool OUTL>
 __host__ __device__ constexpr unsigned i8_smem_total(int NB, int NP2) {
     constexpr int R = I8_HEAD_ROWS(G, TA, EXACT, OUTL);
-    return (unsigned)(sizeof(I8Smem<D, BITS, R>) + (EXACT ? I8_EXACT_SMEM(D, R) : 0) + (TA ? I8_TIER_A_SMEM(D, NB) : 0) +
+    return (unsigned)(sizeof(I8Smem<D, BITS, R, I8_QD2_WORDS(TA, OUTL)>) + (EXACT ? I8_EXACT_SMEM(D, R) : 0) + (TA ? I8_TIER_A_SMEM(D, NB) : 0) +
                       (OUTL ? I8_OUTL_SMEM(D, NP2) : 0));
 }
 

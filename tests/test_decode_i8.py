@@ -513,8 +513,8 @@ def test_i8_kernel_non_finite_inputs(pairs):
     assert np.all(~np.isfinite(r.o[1, heads0].get())) and np.all(r.tv_bound[1, heads0].get() == 1.0)
     assert np.array_equal(r.o[0].get(), clean.o[0].get())
     assert bool(cp.all(cp.isfinite(r.tv_bound[1, G:])))
-    # ... and so when one head of the group has a NaN query: the heads with finite queries still
-    # see the non-finite scale
+    # ... found by the heads with finite queries when one head of the group has a NaN query (the
+    # kernel reads a non-finite scale off ΣP', which a NaN query's weights make NaN as well)
     qn = q.copy()
     qn[1, 2, 7] = np.nan
     r = run(qn)

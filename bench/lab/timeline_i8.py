@@ -58,7 +58,7 @@ PROBES = [
     ("    prefetch_tier(te, sl, w);  // (here, not beside the first tile's staging: the tier map's entry is back)",
      "    WC_TL(17, wc_clk());"),
     ("        const bool hfin = fq != 0;", "        WC_TL(18, wc_clk());"),
-    ("                reinterpret_cast<u32*>(&sh.qd2[gr][g][wi & 3])[wi >> 2] = wd[2];\n            }",
+    ("                    sh.qd2[gr][g][wi & 3][wi >> 2] = wd[2];\n                }\n            }",
      "            WC_TL(19, wc_clk());"),
     ("            float b2 = 0.0f, b1 = 0.0f;", "            WC_TL(20, wc_clk());"),
     ("                group_coefficients(smx, q1, q2, en, log_term, beta_steps, b2, b1);\n            }",

@@ -175,7 +175,8 @@ def i8_smem_bytes(head_dim, exact=False, num_bands=0, outlier_channels=0, bits=8
     launched with less).  Per warp two buffers of staged K and V rows (64 bytes each, 32 tokens) and
     one tile of dither fields per side, K scales of every group and V scales of its two per token and
     buffer, and the partial logits of R head rows per buffer (``i8_head_rows``); per head row of the
-    mma (8) and group the constants (16 bytes) and the query digits (24 bytes); with the exact tier,
+    mma (8) and group the constants (16 bytes) and the query digits (32 bytes; 24 with a Tier-A term
+    or outlier pairs); with the exact tier,
     a partial Σ|q||k| per warp, head row and token; with
     Tier A, the tile's staged witness rows per buffer (each by the warp certifying its token), and
     per head the band coefficients and the evaluation term's per-group coefficients; with
@@ -187,7 +188,8 @@ def i8_smem_bytes(head_dim, exact=False, num_bands=0, outlier_channels=0, bits=8
     nw, ng = head_dim // I8_WARP_CH, head_dim // 32
     rows = i8_head_rows(heads, num_bands > 0, exact, outlier_channels > 0)
     per_warp = 2 * 2 * 32 * 64 + bits // 4 * 32 * 64 + 2 * 32 * ng * 2 + 2 * 32 * 2 * 2 + 2 * rows * 32 * 4
-    base = nw * per_warp + 8 * ng * (16 + 4 * 16 + 4 * 8)
+    qd2 = 8 if num_bands or outlier_channels else 16  # (I8_QD2_WORDS: a2 of both halves, or {a1, a2} of both)
+    base = nw * per_warp + 8 * ng * (16 + 4 * 16 + 4 * qd2)
     tier_a = 2 * 32 * num_bands * 2 + 8 * num_bands * 4 + 8 * ng * 4 if num_bands else 0
     outl = 4 * I8_OUTL_MAX + 32 * outlier_channels + nw * 2 * 32 * 2 * outlier_channels * 2 if outlier_channels else 0
     return base + (nw * rows * 32 * 4 if exact else 0) + tier_a + outl
