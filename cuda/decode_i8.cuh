@@ -80,6 +80,15 @@ WC_D u32 i8_pack4(u32 a, u32 b, u32 c, u32 d, int k) {
     return prmt(prmt(a, b, sel), prmt(c, d, sel), 0x5410u);
 }
 
+// i8_pack4's word by another instruction (the halves' last permute with its operands swapped): the
+// same bits in a register of its own.  Two A quads that hold one word in different positions need
+// two registers for it, and given one, ptxas rebuilt the quads before each product with moves (the
+// values' three products: 20 moves per group and tile where two permutes do)
+WC_D u32 i8_pack4_twin(u32 a, u32 b, u32 c, u32 d, int k) {
+    const u32 sel = (u32)k | ((u32)(k + 4) << 4);
+    return prmt(prmt(c, d, sel), prmt(a, b, sel), 0x1054u);
+}
+
 // NG fp16 K scales of one token (2·NG bytes, 16-byte aligned rows) as 32-bit words
 template <int NG>
 WC_D void i8_scale_words(const u16* p, u32 (&w)[NG / 2]) {
@@ -559,6 +568,7 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
     // Tier-A term NVRTC 13.0's ptxas spilled it (d = 64 at G = 1–7, 128 at G = 5–8, 256 at G = 1–4)
     bool hbad = hflags & 1, vbad = false;
     constexpr bool SCALES_AT_END = CERT || D < 256;  // (V's non-finite scales: found in ΣP' at the end)
+    constexpr bool V_TWIN = !(D == 256 && OUTL);     // (the values' digit b1 in two registers)
     const int zero4[4] = {0, 0, 0, 0};
 
     int pe = page_entry(pg);  // (the next tile's page: its entry, once per split)
@@ -969,6 +979,10 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
             const u32 b1hi = i8_pack4(y1[2][0], y1[2][1], y1[3][0], y1[3][1], 1);
             const u32 b2lo = i8_pack4(y2[0][0], y2[0][1], y2[1][0], y2[1][1], 0);
             const u32 b2hi = i8_pack4(y2[2][0], y2[2][1], y2[3][0], y2[3][1], 0);
+            // b1 again for the second quad {b1, b2} (i8_pack4_twin), but at d = 256 with outlier pairs,
+            // where the second register made NVRTC 13.0's ptxas spill 4 bytes
+            const u32 b1lo2 = V_TWIN ? i8_pack4_twin(y1[0][0], y1[0][1], y1[1][0], y1[1][1], 1) : b1lo;
+            const u32 b1hi2 = V_TWIN ? i8_pack4_twin(y1[2][0], y1[2][1], y1[3][0], y1[3][1], 1) : b1hi;
 #pragma unroll
             for (int hb = 0; hb < 2; ++hb) {  // the warp's channels 16cb .. 16cb + 15, cb = 2·gg + hb
                 const int cb = 2 * gg + hb;
@@ -985,7 +999,7 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
                     // R0 = Σ b0·k, R1 = Σ b1·k + Σ b0·j', R2 = Σ b2·k + Σ b1·j' at c[i], c[2 + i], c2[i]
                     int c[4], c2[4];
                     if constexpr (BITS == 8) {
-                        i8_three_products(c, c2, make_uint4(b0lo, b1lo, b0hi, b1hi), make_uint4(b1lo, b2lo, b1hi, b2hi),
+                        i8_three_products(c, c2, make_uint4(b0lo, b1lo, b0hi, b1hi), make_uint4(b1lo2, b2lo, b1hi2, b2hi),
                                           bk0, bk1, bj0, bj1);
                     } else {  // (j' = 256·jh' + jl', bj the jh' bytes: R2 += Σ b0·jl';
                         // Σ b2·jh' + Σ b1·jl', weighted 2^-8 against R2, dropped as 8 bits drop Σ b2·j')
