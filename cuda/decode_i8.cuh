@@ -568,7 +568,7 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
     // Tier-A term NVRTC 13.0's ptxas spilled it (d = 64 at G = 1–7, 128 at G = 5–8, 256 at G = 1–4)
     bool hbad = hflags & 1, vbad = false;
     constexpr bool SCALES_AT_END = CERT || D < 256;  // (V's non-finite scales: found in ΣP' at the end)
-    constexpr bool V_TWIN = !OUTL;  // (the values' digit b1 in two registers)
+    constexpr bool V_TWIN = !OUTL && !(D == 64 && TA);  // (the values' digit b1 in two registers)
     const int zero4[4] = {0, 0, 0, 0};
 
     int pe = page_entry(pg);  // (the next tile's page: its entry, once per split)
@@ -979,8 +979,9 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
             const u32 b1hi = i8_pack4(y1[2][0], y1[2][1], y1[3][0], y1[3][1], 1);
             const u32 b2lo = i8_pack4(y2[0][0], y2[0][1], y2[1][0], y2[1][1], 0);
             const u32 b2hi = i8_pack4(y2[2][0], y2[2][1], y2[3][0], y2[3][1], 0);
-            // b1 again for the second quad {b1, b2} (i8_pack4_twin), but with outlier pairs, where the
-            // second register made NVRTC 13.0's ptxas spill 4–28 bytes at every head dim
+            // b1 again for the second quad {b1, b2} (i8_pack4_twin), but with outlier pairs and with a
+            // Tier-A term at d = 64, where the second register made ptxas spill (NVRTC 13.0: 4–28 bytes
+            // with outlier pairs at every head dim; NVRTC 13.5: 4 bytes at d = 64, G = 8, Tier AB)
             const u32 b1lo2 = V_TWIN ? i8_pack4_twin(y1[0][0], y1[0][1], y1[1][0], y1[1][1], 1) : b1lo;
             const u32 b1hi2 = V_TWIN ? i8_pack4_twin(y1[2][0], y1[2][1], y1[3][0], y1[3][1], 1) : b1hi;
 #pragma unroll
