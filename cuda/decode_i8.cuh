@@ -146,13 +146,18 @@ WC_D void i8_exact_dot4(float4 q, const float (&x)[4], float& acc, float& aac) {
 // the code bytes k and the complemented dither bytes j' (B fragments): {d0, d1}·k gives R0 = Σ d0·k
 // in rows g (its rows g + 8 are not used), and {d0, d1}·j' + {d1, d2}·k in one accumulator gives
 // R1 = Σ d1·k + Σ d0·j' in rows g and R2 = Σ d2·k + Σ d1·j' in rows g + 8 (integer sums: exact in any
-// order).  Out: r01 = {R0, R0, R1, R1} (the thread's two columns each), r2 = {R2, R2, -, -}
-WC_D void i8_three_products(int (&r01)[4], int (&r2)[4], uint4 d01, uint4 d12, u32 k0, u32 k1, u32 j0, u32 j1) {
+// order).  With JL (the values at 16-bit dither: j' = 256·jh' + jl', j the bytes jh'), {0, d0}·jl'
+// into the same accumulator adds Σ d0·jl' to R2.  Out: r01 = {R0, R0, R1, R1} (the thread's two
+// columns each), r2 = {R2, R2, -, -}
+template <bool JL = false>
+WC_D void i8_three_products(int (&r01)[4], int (&r2)[4], uint4 d01, uint4 d12, u32 k0, u32 k1, u32 j0, u32 j1,
+                            uint2 jl = make_uint2(0u, 0u)) {
     const int zero4[4] = {0, 0, 0, 0};
     int c0[4], c12[4];
     imma_k32<false>(c0, d01.x, d01.y, d01.z, d01.w, k0, k1, zero4);
     imma_k32<true>(c12, d01.x, d01.y, d01.z, d01.w, j0, j1, zero4);
     imma_k32<false>(c12, d12.x, d12.y, d12.z, d12.w, k0, k1, c12);
+    if constexpr (JL) imma_k32<true>(c12, 0u, d01.x, 0u, d01.z, jl.x, jl.y, c12);
     r01[0] = c0[0], r01[1] = c0[1], r01[2] = c12[0], r01[3] = c12[1];
     r2[0] = c12[2], r2[1] = c12[3];
 }
@@ -1002,13 +1007,12 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
                     if constexpr (BITS == 8) {
                         i8_three_products(c, c2, make_uint4(b0lo, b1lo, b0hi, b1hi), make_uint4(b1lo2, b2lo, b1hi2, b2hi),
                                           bk0, bk1, bj0, bj1);
-                    } else {  // (j' = 256·jh' + jl', bj the jh' bytes: R2 += Σ b0·jl';
-                        // Σ b2·jh' + Σ b1·jl', weighted 2^-8 against R2, dropped as 8 bits drop Σ b2·j')
-                        imma_k32<false>(c, b0lo, b1lo, b0hi, b1hi, bk0, bk1, zero4);
-                        imma_k32<true>(c, 0u, b0lo, 0u, b0hi, bj0, bj1, c);
-                        imma_k32<false>(c2, b2lo, 0u, b2hi, 0u, bk0, bk1, zero4);
-                        imma_k32<true>(c2, b1lo, 0u, b1hi, 0u, bj0, bj1, c2);
-                        imma_k32<true>(c2, b0lo, 0u, b0hi, 0u, prmt(vl[0], vl[1], sel), prmt(vl[2], vl[3], sel), c2);
+                    } else {  // (j' = 256·jh' + jl', bj the jh' bytes: the same three products and
+                        // {0, b0}·jl' into the second accumulator, R2 += Σ b0·jl' in rows g + 8 (four
+                        // products where five had rows of zeros); Σ b2·jh' + Σ b1·jl', weighted 2^-8
+                        // against R2, dropped as 8 bits drop Σ b2·j')
+                        i8_three_products<true>(c, c2, make_uint4(b0lo, b1lo, b0hi, b1hi), make_uint4(b1lo2, b2lo, b1hi2, b2hi),
+                                                bk0, bk1, bj0, bj1, make_uint2(prmt(vl[0], vl[1], sel), prmt(vl[2], vl[3], sel)));
                     }
 #pragma unroll
                     for (int i = 0; i < 2; ++i)  // columns 2t + i: channels 16cb + 4t + 2i + odd
