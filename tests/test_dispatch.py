@@ -4,6 +4,7 @@ Python, so it runs without a GPU; tests/test_gpu.py checks the plans built from 
 
 import pytest
 
+from witcert_cupy._cuda import geometry as geo
 from witcert_cupy._cuda.decode import select_stage1
 
 BASE = dict(fp16_store=False, bits=8, head_dim=128, exact_tier=False, page_outputs=False, unroll=0,
@@ -17,9 +18,11 @@ TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
     ({"pairs": 15}, ("v2", True)), ({"pairs": 16}, ("i8", True)),  # small steps: the staged tile
     ({"G": 2}, ("v2", True)), ({"G": 3}, ("i8", True)),             # few heads per kv head: the staged tile
     ({"G": 4, "tokens": 4096}, ("v2", True)), ({"G": 7, "tokens": 4096}, ("i8", True)),  # short contexts
-    ({"bits": 16}, ("i8", True)), ({"bits": 24}, ("v2", True)),   # 16-bit dither: form (I) from G = 7,
-    ({"bits": 16, "G": 4}, ("v2", True)), ({"bits": 16, "G": 7, "pairs": 8}, ("v2", True)),  # else the staged tile
-    ({"bits": 16, "G": 7, "tokens": 4096}, ("i8", True)),          # (at any context),
+    ({"bits": 16}, ("i8", True)), ({"bits": 24}, ("v2", True)),   # 16-bit dither: by the 8-bit rule
+    ({"bits": 16, "G": 4}, ("i8", True)), ({"bits": 16, "G": 3}, ("i8", True)),  # (measured: form (I) from
+    ({"bits": 16, "G": 2}, ("v2", True)), ({"bits": 16, "G": 7, "pairs": 8}, ("v2", True)),  # G = 3 at 32k,
+    ({"bits": 16, "G": 4, "tokens": 4096}, ("v2", True)),          # 16 pairs or more),
+    ({"bits": 16, "G": 7, "tokens": 4096}, ("i8", True)),
     ({"bits": 16, "tier": TIER_A | 2, "num_bands": 16, "G": 4}, ("i8", False)),  # and as at 8 bits with Tier A,
     ({"bits": 16, "tier": TIER_A, "num_bands": 16, "exact_tier": True}, ("i8", False)),  # the exact tier,
     ({"bits": 16, "outlier_channels": 4, "G": 4}, ("i8", False)), ({"bits": 16, "outlier_channels": 4, "G": 2}, ("v2", False)),
@@ -110,3 +113,34 @@ def test_a_forced_kernel_is_used_where_it_applies_and_refused_where_not():
         select_stage1(**BASE, requested="f16")
     with pytest.raises(ValueError, match="stage1 must be"):
         select_stage1(**BASE, requested="v3")
+
+
+# geometry.i8_serves against the measurements it rests on (their µs in witcert_cupy/_cuda/geometry.py's
+# comment): Tier B or no certificate at head dim 128, where both kernels serve, each case expecting
+# the kernel that measured faster.  (what was measured, G, (request, kv head) pairs, tokens per
+# request, form (I) faster)
+MEASURED = [
+    # 8-bit dither, bench/decode.py --shapes (one process per shape)
+    ("8 bits, B=8, 8/8, 32k", 1, 64, 32768, False),
+    ("8 bits, B=8, 16/8, 32k", 2, 64, 32768, False),
+    ("8 bits, B=8, 24/8, 32k", 3, 64, 32768, True),
+    ("8 bits, B=8, 32/8, 32k", 4, 64, 32768, True),
+    ("8 bits, B=8, 28/4, 32k", 7, 32, 32768, True),
+    ("8 bits, B=8, 64/8, 32k", 8, 64, 32768, True),
+    ("8 bits, B=2, 32/8, 32k", 4, 16, 32768, True),
+    ("8 bits, B=2, 32/8, 4k", 4, 16, 4096, False),
+    ("8 bits, B=4, 28/4, 4k", 7, 16, 4096, True),
+    ("8 bits, B=1, 32/8, 4k", 4, 8, 4096, False),
+    # 16-bit dither, bench/lab/kernel_pair.py --bits 16 (one process)
+    ("16 bits, B=8, 16/8, 32k", 2, 64, 32768, False),
+    ("16 bits, B=8, 24/8, 32k", 3, 64, 32768, True),
+    ("16 bits, B=8, 32/8, 32k", 4, 64, 32768, True),
+    ("16 bits, B=2, 32/8, 32k", 4, 16, 32768, True),
+    ("16 bits, B=4, 28/4, 4k", 7, 16, 4096, True),
+    ("16 bits, B=1, 32/8, 4k", 4, 8, 4096, False),
+]
+
+
+@pytest.mark.parametrize("what, G, pairs, tokens, faster", MEASURED, ids=[m[0] for m in MEASURED])
+def test_tier_b_takes_the_kernel_that_measured_faster(what, G, pairs, tokens, faster):
+    assert geo.i8_serves(G, pairs, tokens) is faster

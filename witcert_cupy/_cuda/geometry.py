@@ -118,7 +118,10 @@ I8_OUTL_MAX = 8
 # (the query split, per CTA) that short contexts do not amortize.  B = 8, 32k: G = 1 397 / 342,
 # G = 2 396 / 365, G = 3 397 / 412, G = 4 398 / 414, G = 7 209 / 274 (28/4), G = 8 396 / 666; B = 32,
 # 28/4, 32k 769 / 1042; 16 pairs: B = 2, 32/8, 32k 108 / 110, B = 2, 32/8, 4k 27.8 / 24.3, B = 4,
-# 28/4, 4k 29.1 / 29.6; 8 pairs (B = 1, 32/8, 4k) 23.3 / 16.5.
+# 28/4, 4k 29.1 / 29.6; 8 pairs (B = 1, 32/8, 4k) 23.3 / 16.5.  At 16-bit dither the same rule
+# (bench/lab/kernel_pair.py --bits 16, one process, H100): B = 8, 32k: G = 2 526 / 504, G = 3 515 / 552,
+# G = 4 516 / 528; 16 pairs: B = 2, 32/8, 32k 139.6 / 140.2, B = 4, 28/4, 4k 29.3 / 37.5; 8 pairs
+# (B = 1, 32/8, 4k) 19.4 / 18.7.
 I8_MIN_PAIRS = 16
 I8_MIN_G = 3
 I8_WIDE_G = 7  # from here at any context; below it from I8_LONG_TOKENS tokens per request
@@ -195,19 +198,17 @@ def i8_smem_bytes(head_dim, exact=False, num_bands=0, outlier_channels=0, bits=8
     return base + (nw * rows * 32 * 4 if exact else 0) + tier_a + outl
 
 
-def i8_serves(G, pairs, tokens, exact_tier=False, tier_a=False, outliers=False, bits=8):
-    """Whether the form-(I) kernel is the library's choice for a step it can serve: ``G`` query
-    heads per kv head, ``pairs`` (request, kv head) pairs, ``tokens`` the mean request's tokens,
-    ``exact_tier`` a pool with an exact tier, ``tier_a`` a certificate with a Tier-A term,
-    ``outliers`` a pool with outlier pairs, ``bits`` the dither's width."""
+def i8_serves(G, pairs, tokens, exact_tier=False, tier_a=False, outliers=False):
+    """Whether the form-(I) kernel is the library's choice for a step it can serve, at 8- and
+    16-bit dither alike: ``G`` query heads per kv head, ``pairs`` (request, kv head) pairs,
+    ``tokens`` the mean request's tokens, ``exact_tier`` a pool with an exact tier, ``tier_a`` a
+    certificate with a Tier-A term, ``outliers`` a pool with outlier pairs."""
     if outliers and G >= I8_OUTLIERS_MIN_G:  # the staged tile's general layout: slower
         return True
     if exact_tier and G >= I8_EXACT_MIN_G:  # the staged tile's general layout: slower
         return True
     if tier_a and not exact_tier and G >= I8_MIN_G and (G >= I8_TIER_A_MIN_G or tokens >= I8_LONG_TOKENS):
         return True
-    if bits != 8:  # (Tier B or no certificate at 16-bit dither: the staged tile below I8_WIDE_G at any context)
-        return pairs >= I8_MIN_PAIRS and G >= I8_WIDE_G
     long_enough = tokens >= I8_LONG_TOKENS and not (exact_tier and tier_a)
     return pairs >= I8_MIN_PAIRS and G >= I8_MIN_G and (G >= I8_WIDE_G or long_enough)
 
