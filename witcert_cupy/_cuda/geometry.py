@@ -172,6 +172,13 @@ def i8_head_rows(heads, tier_a, exact, outliers):
     return heads if tier_a and (exact or outliers) else 8
 
 
+def i8_qd2_words(tier_a, outliers):
+    """32-bit words per (group, head row, lane quad) of decode_stage1_i8's second query-digit
+    fragment (I8_QD2_WORDS of cuda/decode_i8_geometry.cuh): {a1, a2} whole (4) where shared memory has
+    a fixed size, a2 alone (2) beside a Tier-A term or outlier pairs."""
+    return 2 if tier_a or outliers else 4
+
+
 def i8_smem_bytes(head_dim, exact=False, num_bands=0, outlier_channels=0, bits=8, heads=8):
     """decode_stage1_i8's dynamic shared memory in bytes at ``head_dim`` and ``heads`` (G) query
     heads per kv head: ``i8_smem_total`` of cuda/decode_i8_geometry.cuh (the kernel traps when
@@ -191,7 +198,7 @@ def i8_smem_bytes(head_dim, exact=False, num_bands=0, outlier_channels=0, bits=8
     nw, ng = head_dim // I8_WARP_CH, head_dim // 32
     rows = i8_head_rows(heads, num_bands > 0, exact, outlier_channels > 0)
     per_warp = 2 * 2 * 32 * 64 + bits // 4 * 32 * 64 + 2 * 32 * ng * 2 + 2 * 32 * 2 * 2 + 2 * rows * 32 * 4
-    qd2 = 8 if num_bands or outlier_channels else 16  # (I8_QD2_WORDS: a2 of both halves, or {a1, a2} of both)
+    qd2 = 4 * i8_qd2_words(num_bands > 0, outlier_channels > 0)
     base = nw * per_warp + 8 * ng * (16 + 4 * 16 + 4 * qd2)
     tier_a = 2 * 32 * num_bands * 2 + 8 * num_bands * 4 + 8 * ng * 4 if num_bands else 0
     outl = 4 * I8_OUTL_MAX + 32 * outlier_channels + nw * 2 * 32 * 2 * outlier_channels * 2 if outlier_channels else 0
