@@ -1172,7 +1172,8 @@ def test_plain_instantiation_gives_the_general_one_s_bits(G, bits, page, monkeyp
     32-channel scale groups, no Tier-A term) as constants; with SPLIT its two warps split each row's
     channels where the general instantiation's split the sides (docs/performance.md).  The
     launch layer takes PLAIN for such a pool and step, with the sides below V2_SPLIT_MIN_PAIRS
-    (request, kv head) pairs and the split from there.  Certified (Tier B) and not, over ragged
+    (request, kv head) pairs and the split from there (the staged tile named: from G = 7 the library
+    takes form (I)).  Certified (Tier B) and not, over ragged
     lengths, an empty request, one-token and one-tile requests and split counts that cut pages:
     the split gives the general instantiation's bits (both sum each dot product by chunk), and the
     sides give them too where they sum by chunk as well (V2Tuning::blocked_dot: up to G = 6; from
@@ -1198,7 +1199,8 @@ def test_plain_instantiation_gives_the_general_one_s_bits(G, bits, page, monkeyp
     assert len(idx) * H == _cuda.V2_SPLIT_MIN_PAIRS
     for cert in (wc.CertConfig(tier="B", num_layers=2, steps=4), None):
         for ns in (None, 1, 7):
-            plan = pg._dev.plan(q, 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns)
+            # (the staged tile by name: at 8 and 16 bits from G = 7 the library's choice is form (I))
+            plan = pg._dev.plan(q, 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns, stage1="v2")
             assert plan.stage1_template == f"decode_stage1_v2<{G}, {bits}, true, false>"
             plan.launch()
             sides = [a.get() for a in _written(plan)]
@@ -1324,7 +1326,8 @@ def test_split_serves_small_batches_of_one_tile_splits_from_g_5(G, bits):
                                    backend="cuda")
         q = (np.random.default_rng(G).standard_normal((1, H * G, d)) * 2).astype(np.float32)
         ip, ix, ll = on_device(pg, tg)
-        plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns)
+        # (the staged tile by name: at 8 and 16 bits from G = 7 the library's choice is form (I))
+        plan = pg._dev.plan(cp.asarray(q), 0, ip, ix, ll, 1 / math.sqrt(d), cert, ns, stage1="v2")
         assert (length <= _cuda.V2_TILE * plan.ns) == one_tile, (length, plan.ns)
         split = one_tile and G >= _cuda.V2_SPLIT_MIN_G
         assert plan.stage1_template == f"decode_stage1_v2<{G}, {bits}, true{'' if split else ', false'}>"

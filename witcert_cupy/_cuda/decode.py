@@ -116,7 +116,8 @@ def select_stage1(*, fp16_store, bits, head_dim, exact_tier, page_outputs, unrol
     # tile's general layout or the general kernel, both slower in every measured shape,
     # docs/performance.md)
     if i8_ok and (not (v2_ok and not page_outputs)
-                  or geo.i8_serves(G, pairs, tokens, exact_tier, bool(tier & 1), outliers=outlier_channels > 0)):
+                  or geo.i8_serves(G, pairs, tokens, exact_tier, bool(tier & 1), outliers=outlier_channels > 0,
+                                  bits=bits)):
         return "i8", plain
     if v2_ok:
         return "v2", plain

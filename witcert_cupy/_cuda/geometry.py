@@ -112,23 +112,34 @@ I8_TILE = 32
 # the most outlier channels (2 per pair) decode_stage1_i8 serves: I8_OUTL_MAX of
 # cuda/decode_i8_geometry.cuh (tests/test_cuda_compile.py checks the two agree)
 I8_OUTL_MAX = 8
-# ... and the library picks it where it beat the staged tile (bench/decode.py --shapes, one process per
-# shape, certified µs i8 / v2, bench/results/decode-shapes.json): its cost per kv token does not depend
-# on G (its mma rows are 8 heads), the staged tile's grows with G, and each of its splits pays a set-up
-# (the query split, per CTA) that short contexts do not amortize.  B = 8, 32k: G = 1 397 / 342,
-# G = 2 396 / 365, G = 3 397 / 412, G = 4 398 / 414, G = 7 209 / 274 (28/4), G = 8 396 / 666; B = 32,
-# 28/4, 32k 769 / 1042; 16 pairs: B = 2, 32/8, 32k 108 / 110, B = 2, 32/8, 4k 27.8 / 24.3, B = 4,
-# 28/4, 4k 29.1 / 29.6; 8 pairs (B = 1, 32/8, 4k) 23.3 / 16.5.  At 16-bit dither the same rule
-# (bench/lab/kernel_pair.py --bits 16, one process, H100): B = 8, 32k: G = 2 526 / 504, G = 3 515 / 552,
-# G = 4 516 / 528; 16 pairs: B = 2, 32/8, 32k 139.6 / 140.2, B = 4, 28/4, 4k 29.3 / 37.5; 8 pairs
-# (B = 1, 32/8, 4k) 19.4 / 18.7.
+# ... and the library picks it where it beat the staged tile: its cost per kv token does not depend on
+# G (its mma rows are 8 heads), the staged tile's grows with G, and each of its splits pays a set-up
+# (the query split, per CTA) that only short contexts at small batch fail to amortize.  A plain pool
+# (Tier B or no certificate; no exact tier, Tier-A term or outlier pairs) takes it from I8_WIDE_G heads
+# per kv head at any batch and context, and from I8_PLAIN_MIN_G (8-bit dither) or I8_MIN_G (16-bit)
+# with at least I8_MIN_PAIRS (request, kv head) pairs or I8_LONG_TOKENS tokens per request.  Both
+# kernels forced in one process (bench/lab/kernel_pair.py, H100, certified µs i8 / v2), 8 bits: B = 8,
+# 32k: G = 1 345.5 / 337.2, G = 2 347.2 / 361.8; B = 8, 16/8, 16k 181.4 / 189.1; B = 8, 4k: G = 1
+# 54.4 / 55.1, G = 2 55.5 / 58.9, G = 3 55.1 / 65.3, G = 4 55.4 / 62.5, G = 6 57.7 / 73.1; B = 8,
+# 32/8, 8k 99.8 / 115.7; B = 4, 32/8, 4k 36.5 / 40.1; B = 3, 32/8, 4k 28.2 / 29.4; 16 pairs, 4k:
+# B = 2, G = 2 23.9 / 26.2, G = 3 23.2 / 27.9, G = 4 23.6 / 24.2; B = 2, 32/8, 8k 36.1 / 40.2;
+# 8 pairs (B = 1): 32/8 4k 17.2 / 16.7, 8k 23.6 / 23.2, 32k 56.2 / 67.6, 24/8 4k 16.9 / 16.4, 16/8
+# 32k 56.4 / 59.8, 64/8 4k 18.6 / 21.7; B = 1, 28/4, 4k 15.6 / 16.0.  (G = 1 at 4k, 1.3% faster on
+# form (I) at B = 8 and slower at 32k, stays on the staged tile.)  16 bits: B = 8, 32k: G = 2 526 /
+# 504, G = 3 515 / 552, G = 4 516 / 528; B = 8, 16/8, 16k 270.5 / 261.8; B = 8, 4k: G = 1 76.9 / 74.7,
+# G = 2 76.9 / 79.5, G = 3 75.8 / 84.4, G = 4 76.5 / 79.0, G = 5 79.5 / 86.0, G = 6 79.8 / 92.4; 16
+# pairs: B = 2, 32/8, 32k 139.6 / 140.2, B = 2, 4k: G = 2 27.6 / 32.8, G = 3 27.1 / 33.3, G = 4 27.5 /
+# 30.0, B = 4, 28/4, 4k 29.3 / 37.5; 8 pairs (B = 1): 32/8 4k 19.4 / 18.7, 32k 77.4 / 81.3; B = 1, 28/4,
+# 4k 16.8 / 16.8.  (G = 2 at 16 bits, faster on form (I) at 4k and slower from 16k, stays on the
+# staged tile.)
 I8_MIN_PAIRS = 16
 I8_MIN_G = 3
-I8_WIDE_G = 7  # from here at any context; below it from I8_LONG_TOKENS tokens per request
+I8_PLAIN_MIN_G = 2  # a plain pool at 8-bit dither: from here (with I8_MIN_PAIRS or I8_LONG_TOKENS)
+I8_WIDE_G = 7  # from here at any batch and context (a plain pool), at I8_MIN_PAIRS (the others)
 I8_LONG_TOKENS = 16384
 I8_EXACT_MIN_G = 4  # with an exact tier (any tier of certificate): from here at any batch and context
 # With an exact tier (1% of pages) and Tier B form (I) is the choice from I8_EXACT_MIN_G heads per kv
-# head at any batch and context, below it by the Tier-B rule (both kernels forced in one process,
+# head at any batch and context, below it by the older rule (in i8_serves) (both kernels forced in one process,
 # certified µs i8 / v2, docs/performance.md): H200, B = 8, 32k: 32/8 477 / 565, 28/4 250 / 388;
 # B = 2, 32/8, 32k 136 / 160; B = 4, 28/4, 4k 44.9 / 52.4; H100, with the exact rows prefetched to
 # L2 and splits of whole tiles: B = 1, 4k: 32/8 27.4 / 29.2, 28/4 25.0 / 31.2, but 24/8 (G = 3)
@@ -138,15 +149,10 @@ I8_EXACT_MIN_G = 4  # with an exact tier (any tier of certificate): from here at
 # the kernel forced): B = 8, 32k: 32/8 622 / 647, 28/4 327 / 413; B = 2, 32/8, 32k 172 / 181; B = 1,
 # 32/8, 4k 28.2 / 32.6.
 # At 16-bit dither the same rules with an exact tier, a Tier-A term or outlier pairs (measured with a
-# Tier-A term, below; the exact tier and outlier pairs take the 8-bit rules unmeasured at 16 bits,
-# where the staged tile runs its general layout); for Tier B (or no certificate) from I8_WIDE_G (and
-# I8_MIN_PAIRS) only: there form (I) pays twice the Philox calls
-# and runs 8 warps per SM, and the staged tile's PLAIN layout was faster below G = 7 at every
-# context (H100, both kernels forced in one process, certified µs i8 / v2): B = 8, 32k: Tier B G = 1
-# 555 / 466, G = 2 556 / 506, G = 3 555 / 553, G = 4 555 / 528, 28/4 (G = 7) 294 / 340; Tier AB 16
-# bands 32/8 644 / 746, 28/4 366 / 457; B = 2, 32/8, 32k 149 / 140; B = 1, 32/8: 4k 19.8 / 18.5 (AB
-# 24.2 / 26.0), 32k 81.4 / 81.6; B = 4, 28/4, 4k 30.1 / 37.3; B = 2, 16/8, 4k 28.4 / 32.2.
-I8_OUTLIERS_MIN_G = 4  # with outlier pairs: from here at any batch and context, below it by the general rule
+# Tier-A term before form (I)'s three-product change; the exact tier and outlier pairs take the 8-bit
+# rules unmeasured at 16 bits, where the staged tile runs its general layout; H100, certified µs
+# i8 / v2): Tier AB 16 bands, B = 8, 32k: 32/8 644 / 746, 28/4 366 / 457; B = 1, 32/8, 4k 24.2 / 26.0.
+I8_OUTLIERS_MIN_G = 4  # with outlier pairs: from here at any batch and context, below it by the older rule
 # With 2 outlier pairs (Tier B) form (I) reads the pairs' fp16 values beside the codes, where the
 # staged tile falls back to its general layout (H100, bench/lab/ab_trees.py with the kernel forced,
 # certified µs i8 / v2): B = 8, 32k: 32/8 587 / 1005, 28/4 337 / 571; B = 1, 4k: 32/8 33.9 / 34.2,
@@ -205,19 +211,22 @@ def i8_smem_bytes(head_dim, exact=False, num_bands=0, outlier_channels=0, bits=8
     return base + (nw * rows * 32 * 4 if exact else 0) + tier_a + outl
 
 
-def i8_serves(G, pairs, tokens, exact_tier=False, tier_a=False, outliers=False):
-    """Whether the form-(I) kernel is the library's choice for a step it can serve, at 8- and
-    16-bit dither alike: ``G`` query heads per kv head, ``pairs`` (request, kv head) pairs,
-    ``tokens`` the mean request's tokens, ``exact_tier`` a pool with an exact tier, ``tier_a`` a
-    certificate with a Tier-A term, ``outliers`` a pool with outlier pairs."""
+def i8_serves(G, pairs, tokens, exact_tier=False, tier_a=False, outliers=False, bits=8):
+    """Whether the form-(I) kernel is the library's choice for a step it can serve: ``G`` query heads
+    per kv head, ``pairs`` (request, kv head) pairs, ``tokens`` the mean request's tokens,
+    ``exact_tier`` a pool with an exact tier, ``tier_a`` a certificate with a Tier-A term, ``outliers``
+    a pool with outlier pairs, ``bits`` the dither's width (8 or 16)."""
     if outliers and G >= I8_OUTLIERS_MIN_G:  # the staged tile's general layout: slower
         return True
     if exact_tier and G >= I8_EXACT_MIN_G:  # the staged tile's general layout: slower
         return True
     if tier_a and not exact_tier and G >= I8_MIN_G and (G >= I8_TIER_A_MIN_G or tokens >= I8_LONG_TOKENS):
         return True
-    long_enough = tokens >= I8_LONG_TOKENS and not (exact_tier and tier_a)
-    return pairs >= I8_MIN_PAIRS and G >= I8_MIN_G and (G >= I8_WIDE_G or long_enough)
+    if exact_tier or tier_a or outliers:  # below their thresholds: the rule they were measured against
+        long_enough = tokens >= I8_LONG_TOKENS and not (exact_tier and tier_a)
+        return pairs >= I8_MIN_PAIRS and G >= I8_MIN_G and (G >= I8_WIDE_G or long_enough)
+    min_g = I8_PLAIN_MIN_G if bits == 8 else I8_MIN_G
+    return G >= I8_WIDE_G or (G >= min_g and (pairs >= I8_MIN_PAIRS or tokens >= I8_LONG_TOKENS))
 
 # one-warp pipelines (splits) per CTA of decode_stage1_f16: F16_PIPES of
 # cuda/decode_f16_geometry.cuh (tests/test_cuda_compile.py checks the two agree)
