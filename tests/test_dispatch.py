@@ -28,26 +28,25 @@ TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
     ({"bits": 16, "G": 7, "pairs": 4, "tokens": 4096}, ("i8", True)),
     ({"bits": 16, "tier": TIER_A | 2, "num_bands": 16, "G": 4}, ("i8", False)),  # and as at 8 bits with Tier A,
     ({"bits": 16, "tier": TIER_A, "num_bands": 16, "exact_tier": True}, ("i8", False)),  # the exact tier,
-    ({"bits": 16, "outlier_channels": 4, "G": 4}, ("i8", False)), ({"bits": 16, "outlier_channels": 4, "G": 2}, ("v2", False)),
+    ({"bits": 16, "outlier_channels": 4, "G": 4}, ("i8", False)), ({"bits": 16, "outlier_channels": 4, "G": 1}, ("i8", False)),
     ({"bits": 16, "page_outputs": True}, ("i8", False)),           # outlier pairs and page contributions
     ({"tier": TIER_A, "num_bands": 16}, ("i8", False)),           # Tier A/AB: form (I) over 8–64 bands,
-    ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8, "G": 4, "tokens": 4096}, ("i8", False)),  # at d = 128
-    ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8, "G": 3, "tokens": 4096}, ("v2", False)),  # from G = 4,
-    ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 16, "G": 3, "tokens": 4096}, ("v2", False)),  # at G = 3
-    ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8, "G": 3, "tokens": 32768}, ("i8", False)),  # from 16k
-    ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8, "G": 2, "tokens": 32768}, ("v2", False)),  # tokens
+    ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8, "G": 3, "tokens": 4096}, ("i8", False)),  # at d = 128
+    ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8, "G": 2, "tokens": 4096}, ("v2", False)),  # from G = 3,
+    ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 16, "G": 2, "tokens": 4096}, ("i8", False)),  # at G = 2 as
+    ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8, "G": 2, "tokens": 32768}, ("i8", False)),  # a plain pool
+    ({"tier": TIER_A | 2, "num_bands": 16, "pairs": 8, "G": 1, "tokens": 32768}, ("v2", False)),
     ({"tier": TIER_A | 2, "num_bands": 16, "G": 7, "tokens": 4096}, ("i8", False)),
     ({"tier": TIER_A, "num_bands": 8, "head_dim": 64, "pairs": 2}, ("i8", False)),  # elsewhere at any size
     ({"tier": TIER_A | 2, "num_bands": 64, "head_dim": 256}, ("i8", False)),
     ({"tier": TIER_A, "num_bands": 4}, ("v2", False)),            # ... else the staged tile's general layout
     ({"tier": TIER_A, "num_bands": 16, "page_outputs": True}, ("v2", False)),
     ({"outlier_channels": 4}, ("i8", False)),                     # outlier pairs: form (I) up to 4 pairs,
-    ({"outlier_channels": 4, "certified": False}, ("i8", False)),  # from G = 4 at every size,
+    ({"outlier_channels": 4, "certified": False}, ("i8", False)),  # at every G and size,
     ({"outlier_channels": 2, "pairs": 2, "G": 4, "tokens": 512}, ("i8", False)),
     ({"outlier_channels": 8, "tier": TIER_A | 2, "num_bands": 16, "G": 4, "pairs": 1}, ("i8", False)),
-    ({"outlier_channels": 4, "pairs": 2, "G": 2, "tokens": 4096}, ("v2", False)),  # below it the older rule
-    ({"outlier_channels": 4, "G": 3, "tokens": 32768}, ("i8", False)),
-    ({"outlier_channels": 4, "G": 2, "tokens": 32768}, ("v2", False)),
+    ({"outlier_channels": 4, "pairs": 1, "G": 1, "tokens": 4096}, ("i8", False)),
+    ({"outlier_channels": 4, "pairs": 2, "G": 2, "tokens": 4096}, ("i8", False)),
     ({"outlier_channels": 4, "head_dim": 64}, ("i8", False)), ({"outlier_channels": 6, "head_dim": 256}, ("i8", False)),
     ({"outlier_channels": 10}, ("v2", False)),                    # ... beyond: the staged tile's general layout,
     ({"outlier_channels": 4, "exact_tier": True}, ("v2", False)),  # as over the exact tier
@@ -55,13 +54,14 @@ TIER_A = 1  # certificate.tier_code's bit for a Tier-A term
     ({"outlier_channels": 4, "head_dim": 64, "exact_tier": True}, ("v1", False)),
     ({"exact_tier": True}, ("i8", False)),                        # every pool the gate accepts: form (I)
     ({"exact_tier": True, "pairs": 8, "tokens": 4096}, ("i8", False)),  # ... at any batch (measured at d = 128)
-    ({"exact_tier": True, "pairs": 8, "G": 4, "tokens": 4096}, ("i8", False)),  # ... from 4 heads per kv head,
-    ({"exact_tier": True, "pairs": 8, "G": 3, "tokens": 4096}, ("v2", False)),  # below by the older rule
-    ({"exact_tier": True, "pairs": 16, "G": 3}, ("i8", False)),
+    ({"exact_tier": True, "pairs": 8, "G": 2, "tokens": 4096}, ("i8", False)),  # ... from 2 heads per kv head,
+    ({"exact_tier": True, "G": 1}, ("v2", False)),                 # below by a plain pool's rule
+    ({"exact_tier": True, "G": 1, "tokens": 4096, "pairs": 8}, ("v2", False)),
     ({"exact_tier": True, "page_size": 1}, ("v2", False)),        # ... on 16-token pages
     ({"exact_tier": True, "tier": TIER_A | 2, "num_bands": 16, "G": 7}, ("i8", False)),  # with Tier A: from
     ({"exact_tier": True, "tier": TIER_A | 2, "num_bands": 16, "G": 4, "pairs": 2, "tokens": 4096}, ("i8", False)),
-    ({"exact_tier": True, "tier": TIER_A | 2, "num_bands": 16, "G": 3, "tokens": 4096}, ("v2", False)),  # G = 4
+    ({"exact_tier": True, "tier": TIER_A | 2, "num_bands": 16, "G": 2, "tokens": 4096}, ("i8", False)),  # G = 2
+    ({"exact_tier": True, "tier": TIER_A | 2, "num_bands": 16, "G": 1, "tokens": 4096}, ("v2", False)),
     ({"exact_tier": True, "G": 4}, ("i8", False)),
     ({"exact_tier": True, "head_dim": 256, "pairs": 2}, ("i8", False)),
     ({"exact_tier": True, "head_dim": 256, "page_size": 1}, ("v1", False)),
@@ -169,3 +169,31 @@ MEASURED = [
 @pytest.mark.parametrize("what, G, pairs, tokens, faster", MEASURED, ids=[m[0] for m in MEASURED])
 def test_tier_b_takes_the_kernel_that_measured_faster(what, G, pairs, tokens, faster):
     assert geo.i8_serves(G, pairs, tokens, bits=int(what.split()[0])) is faster
+
+
+# ... and with an exact tier, a Tier-A term or outlier pairs, where the staged tile runs its general
+# layout (the same comment, the same tool, 8-bit dither).  (what was measured, G, pairs, tokens,
+# exact tier, Tier-A term, outlier pairs, form (I) faster)
+MEASURED_FEATURES = [
+    ("outliers, B=8, 24/8, 4k", 3, 64, 4096, False, False, True, True),
+    ("outliers, B=8, 16/8, 32k", 2, 64, 32768, False, False, True, True),
+    ("outliers, B=1, 24/8, 32k", 3, 8, 32768, False, False, True, True),
+    ("outliers, B=1, 16/8, 4k", 2, 8, 4096, False, False, True, True),
+    ("outliers, B=1, 8/8, 4k", 1, 8, 4096, False, False, True, True),
+    ("exact tier, B=8, 24/8, 4k", 3, 64, 4096, True, False, False, True),
+    ("exact tier, B=8, 16/8, 32k", 2, 64, 32768, True, False, False, True),
+    ("exact tier, B=8, 8/8, 32k", 1, 64, 32768, True, False, False, False),
+    ("exact tier, B=1, 24/8, 4k", 3, 8, 4096, True, False, False, True),
+    ("exact tier, B=1, 16/8, 4k", 2, 8, 4096, True, False, False, True),
+    ("Tier AB, B=8, 24/8, 4k", 3, 64, 4096, False, True, False, True),
+    ("Tier AB, B=2, 24/8, 4k", 3, 16, 4096, False, True, False, True),
+    ("Tier AB, B=1, 24/8, 4k", 3, 8, 4096, False, True, False, True),
+    ("Tier AB, B=8, 16/8, 32k", 2, 64, 32768, False, True, False, True),
+    ("Tier AB, B=8, 16/8, 4k", 2, 64, 4096, False, True, False, True),
+]
+
+
+@pytest.mark.parametrize("what, G, pairs, tokens, exact, tier_a, outliers, faster", MEASURED_FEATURES,
+                         ids=[m[0] for m in MEASURED_FEATURES])
+def test_the_other_pools_take_the_kernel_that_measured_faster(what, G, pairs, tokens, exact, tier_a, outliers, faster):
+    assert geo.i8_serves(G, pairs, tokens, exact_tier=exact, tier_a=tier_a, outliers=outliers) is faster

@@ -115,7 +115,8 @@ I8_OUTL_MAX = 8
 # ... and the library picks it where it beat the staged tile: its cost per kv token does not depend on
 # G (its mma rows are 8 heads), the staged tile's grows with G, and each of its splits pays a set-up
 # (the query split, per CTA) that only short contexts at small batch fail to amortize.  A plain pool
-# (Tier B or no certificate; no exact tier, Tier-A term or outlier pairs) takes it from I8_WIDE_G heads
+# (Tier B or no certificate; no exact tier, Tier-A term or outlier pairs; and the others below their
+# thresholds, further down) takes it from I8_WIDE_G heads
 # per kv head at any batch and context, and from I8_PLAIN_MIN_G (8-bit dither) or I8_MIN_G (16-bit)
 # with at least I8_MIN_PAIRS (request, kv head) pairs or I8_LONG_TOKENS tokens per request.  Both
 # kernels forced in one process (bench/lab/kernel_pair.py, H100, certified µs i8 / v2), 8 bits: B = 8,
@@ -135,35 +136,25 @@ I8_OUTL_MAX = 8
 I8_MIN_PAIRS = 16
 I8_MIN_G = 3
 I8_PLAIN_MIN_G = 2  # a plain pool at 8-bit dither: from here (with I8_MIN_PAIRS or I8_LONG_TOKENS)
-I8_WIDE_G = 7  # from here at any batch and context (a plain pool), at I8_MIN_PAIRS (the others)
+I8_WIDE_G = 7  # from here at any batch and context
 I8_LONG_TOKENS = 16384
-I8_EXACT_MIN_G = 4  # with an exact tier (any tier of certificate): from here at any batch and context
-# With an exact tier (1% of pages) and Tier B form (I) is the choice from I8_EXACT_MIN_G heads per kv
-# head at any batch and context, below it by the older rule (in i8_serves) (both kernels forced in one process,
-# certified µs i8 / v2, docs/performance.md): H200, B = 8, 32k: 32/8 477 / 565, 28/4 250 / 388;
-# B = 2, 32/8, 32k 136 / 160; B = 4, 28/4, 4k 44.9 / 52.4; H100, with the exact rows prefetched to
-# L2 and splits of whole tiles: B = 1, 4k: 32/8 27.4 / 29.2, 28/4 25.0 / 31.2, but 24/8 (G = 3)
-# 27.6 / 25.7; B = 2, 32/8, 4k 36.9 / 40.5; B = 1, 32/8, 32k 79.0 / 99.7.  With a Tier-A term as well
-# (AB, 16 bands, bench/decode.py's exact_tier_ab_16) the same from I8_EXACT_MIN_G, now that form (I)
-# stages each witness row once per CTA and sums four bands a load (H100, bench/lab/ab_trees.py with
-# the kernel forced): B = 8, 32k: 32/8 622 / 647, 28/4 327 / 413; B = 2, 32/8, 32k 172 / 181; B = 1,
-# 32/8, 4k 28.2 / 32.6.
-# At 16-bit dither the same rules with an exact tier, a Tier-A term or outlier pairs (measured with a
-# Tier-A term before form (I)'s three-product change; the exact tier and outlier pairs take the 8-bit
-# rules unmeasured at 16 bits, where the staged tile runs its general layout; H100, certified µs
-# i8 / v2): Tier AB 16 bands, B = 8, 32k: 32/8 644 / 746, 28/4 366 / 457; B = 1, 32/8, 4k 24.2 / 26.0.
-I8_OUTLIERS_MIN_G = 4  # with outlier pairs: from here at any batch and context, below it by the older rule
-# With 2 outlier pairs (Tier B) form (I) reads the pairs' fp16 values beside the codes, where the
-# staged tile falls back to its general layout (H100, bench/lab/ab_trees.py with the kernel forced,
-# certified µs i8 / v2): B = 8, 32k: 32/8 587 / 1005, 28/4 337 / 571; B = 1, 4k: 32/8 33.9 / 34.2,
-# 16/8 (G = 2) 32.1 / 29.0, 8/8 (G = 1) 32.5 / 28.2.
-I8_TIER_A_MIN_G = 4  # with a Tier-A term and no exact tier: from here at any batch and context
-# With a Tier-A term (AB, 16 bands) and no exact tier form (I) stages each witness row once per CTA
-# and sums four bands a load, and is the choice from I8_TIER_A_MIN_G heads per kv head at any batch
-# and context, at G = 3 from I8_LONG_TOKENS tokens (H100, bench/lab/ab_trees.py with the kernel
-# forced, one process, certified µs i8 / v2): B = 1, 4k: 32/8 22.8 / 23.4, 24/8 22.4 / 21.7; B = 2,
-# 4k: 32/8 31.2 / 35.4, 24/8 30.7 / 30.5; B = 4, 24/8, 4k 49.7 / 50.5; B = 1, 32k: 32/8 78.4 / 98.0,
-# 24/8 78.2 / 89.4.
+# With an exact tier, a Tier-A term or outlier pairs the staged tile runs its general layout (its
+# per-token dequantization and fp32 dot products), which form (I) beats further down in G.  Both
+# kernels forced in one process after form (I)'s three-product and register-move changes
+# (bench/lab/kernel_pair.py, H100, 8-bit dither, certified µs i8 / v2):
+#   outlier pairs (2 per kv head, Tier B) at every G: B = 8, 24/8, 4k 90.2 / 130.1, 16/8, 32k
+#   532.6 / 815.8; B = 1: 24/8, 32k 91.2 / 154.2, 16/8, 4k 26.2 / 28.3, 8/8, 4k 25.6 / 27.8;
+#   an exact tier (1% of pages, Tier B) from I8_EXACT_MIN_G: B = 8, 24/8, 4k 65.0 / 81.2, 16/8, 32k
+#   384.7 / 428.0; B = 1, 4k: 24/8 22.0 / 25.5, 16/8 22.0 / 23.0; but 8/8 (G = 1), B = 8, 32k 385.6 /
+#   361.3 (uncertified at B = 1, 4k the staged tile is faster: 19.2 / 20.7 at 24/8, the gate always
+#   certifies);
+#   a Tier-A term (AB, 16 bands) without an exact tier from I8_TIER_A_MIN_G: B = 8, 24/8, 4k 66.3 /
+#   82.1; B = 2, 24/8, 4k 26.7 / 30.4; B = 1, 24/8, 4k 20.1 / 22.2; at G = 2 by the plain pool's rule
+#   (B = 8, 16/8: 32k 403.7 / 474.7, 4k 67.5 / 75.0; B = 1, 16/8, 4k 20.3 / 20.2).
+# At 16-bit dither the same rules (measured there with a Tier-A term before the three-product
+# change: AB 16 bands, B = 8, 32k: 32/8 644 / 746, 28/4 366 / 457; B = 1, 32/8, 4k 24.2 / 26.0).
+I8_EXACT_MIN_G = 2  # with an exact tier (any tier of certificate): from here at any batch and context
+I8_TIER_A_MIN_G = 3  # with a Tier-A term and no exact tier: from here at any batch and context
 
 
 def i8_threads(head_dim):
@@ -216,15 +207,12 @@ def i8_serves(G, pairs, tokens, exact_tier=False, tier_a=False, outliers=False, 
     per kv head, ``pairs`` (request, kv head) pairs, ``tokens`` the mean request's tokens,
     ``exact_tier`` a pool with an exact tier, ``tier_a`` a certificate with a Tier-A term, ``outliers``
     a pool with outlier pairs, ``bits`` the dither's width (8 or 16)."""
-    if outliers and G >= I8_OUTLIERS_MIN_G:  # the staged tile's general layout: slower
+    if outliers:  # the staged tile's general layout: slower at every G measured
         return True
-    if exact_tier and G >= I8_EXACT_MIN_G:  # the staged tile's general layout: slower
+    if exact_tier and G >= I8_EXACT_MIN_G:
         return True
-    if tier_a and not exact_tier and G >= I8_MIN_G and (G >= I8_TIER_A_MIN_G or tokens >= I8_LONG_TOKENS):
+    if tier_a and not exact_tier and G >= I8_TIER_A_MIN_G:
         return True
-    if exact_tier or tier_a or outliers:  # below their thresholds: the rule they were measured against
-        long_enough = tokens >= I8_LONG_TOKENS and not (exact_tier and tier_a)
-        return pairs >= I8_MIN_PAIRS and G >= I8_MIN_G and (G >= I8_WIDE_G or long_enough)
     min_g = I8_PLAIN_MIN_G if bits == 8 else I8_MIN_G
     return G >= I8_WIDE_G or (G >= min_g and (pairs >= I8_MIN_PAIRS or tokens >= I8_LONG_TOKENS))
 
