@@ -197,3 +197,9 @@ MEASURED_FEATURES = [
                          ids=[m[0] for m in MEASURED_FEATURES])
 def test_the_other_pools_take_the_kernel_that_measured_faster(what, G, pairs, tokens, exact, tier_a, outliers, faster):
     assert geo.i8_serves(G, pairs, tokens, exact_tier=exact, tier_a=tier_a, outliers=outliers) is faster
+
+
+def test_every_form_i_dither_width_has_a_plain_rule():
+    from witcert_cupy import _contract as C
+
+    assert set(geo.I8_PLAIN_MIN_G) == set(C.FORM_I_DITHER_BITS)

@@ -116,9 +116,9 @@ I8_OUTL_MAX = 8
 # G (its mma rows are 8 heads), the staged tile's grows with G, and each of its splits pays a set-up
 # (the query split, per CTA) that only short contexts at small batch fail to amortize.  A plain pool
 # (Tier B or no certificate; no exact tier, Tier-A term or outlier pairs; and the others below their
-# thresholds, further down) takes it from I8_WIDE_G heads
-# per kv head at any batch and context, and from I8_PLAIN_MIN_G (8-bit dither) or I8_MIN_G (16-bit)
-# with at least I8_MIN_PAIRS (request, kv head) pairs or I8_LONG_TOKENS tokens per request.  Both
+# thresholds, further down) takes it from I8_WIDE_G heads per kv head at any batch and context, and
+# from I8_PLAIN_MIN_G[bits] with at least I8_MIN_PAIRS (request, kv head) pairs or I8_LONG_TOKENS
+# tokens per request.  Both
 # kernels forced in one process (bench/lab/kernel_pair.py, H100, certified µs i8 / v2), 8 bits: B = 8,
 # 32k: G = 1 345.5 / 337.2, G = 2 347.2 / 361.8; B = 8, 16/8, 16k 181.4 / 189.1; B = 8, 4k: G = 1
 # 54.4 / 55.1, G = 2 55.5 / 58.9, G = 3 55.1 / 65.3, G = 4 55.4 / 62.5, G = 6 57.7 / 73.1; B = 8,
@@ -134,8 +134,7 @@ I8_OUTL_MAX = 8
 # 4k 16.8 / 16.8.  (G = 2 at 16 bits, faster on form (I) at 4k and slower from 16k, stays on the
 # staged tile.)
 I8_MIN_PAIRS = 16
-I8_MIN_G = 3
-I8_PLAIN_MIN_G = 2  # a plain pool at 8-bit dither: from here (with I8_MIN_PAIRS or I8_LONG_TOKENS)
+I8_PLAIN_MIN_G = {8: 2, 16: 3}  # a plain pool, by dither bits: from here with I8_MIN_PAIRS or I8_LONG_TOKENS
 I8_WIDE_G = 7  # from here at any batch and context
 I8_LONG_TOKENS = 16384
 # With an exact tier, a Tier-A term or outlier pairs the staged tile runs its general layout (its
@@ -213,8 +212,7 @@ def i8_serves(G, pairs, tokens, exact_tier=False, tier_a=False, outliers=False, 
         return True
     if tier_a and not exact_tier and G >= I8_TIER_A_MIN_G:
         return True
-    min_g = I8_PLAIN_MIN_G if bits == 8 else I8_MIN_G
-    return G >= I8_WIDE_G or (G >= min_g and (pairs >= I8_MIN_PAIRS or tokens >= I8_LONG_TOKENS))
+    return G >= I8_WIDE_G or (G >= I8_PLAIN_MIN_G[bits] and (pairs >= I8_MIN_PAIRS or tokens >= I8_LONG_TOKENS))
 
 # one-warp pipelines (splits) per CTA of decode_stage1_f16: F16_PIPES of
 # cuda/decode_f16_geometry.cuh (tests/test_cuda_compile.py checks the two agree)
