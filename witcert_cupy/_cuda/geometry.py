@@ -153,7 +153,7 @@ I8_LONG_TOKENS = 16384
 # At 16-bit dither the same rules (measured there with a Tier-A term before the three-product
 # change: AB 16 bands, B = 8, 32k: 32/8 644 / 746, 28/4 366 / 457; B = 1, 32/8, 4k 24.2 / 26.0).
 I8_EXACT_MIN_G = 2  # with an exact tier (any tier of certificate): from here at any batch and context
-I8_TIER_A_MIN_G = 3  # with a Tier-A term and no exact tier: from here at any batch and context
+I8_TIER_A_MIN_G = 3  # with a Tier-A term: from here at any batch and context
 
 
 def i8_threads(head_dim):
@@ -210,7 +210,7 @@ def i8_serves(G, pairs, tokens, exact_tier=False, tier_a=False, outliers=False, 
         return True
     if exact_tier and G >= I8_EXACT_MIN_G:
         return True
-    if tier_a and not exact_tier and G >= I8_TIER_A_MIN_G:
+    if tier_a and G >= I8_TIER_A_MIN_G:  # (with an exact tier the test above already holds from G = 2)
         return True
     return G >= I8_WIDE_G or (G >= I8_PLAIN_MIN_G[bits] and (pairs >= I8_MIN_PAIRS or tokens >= I8_LONG_TOKENS))
 
