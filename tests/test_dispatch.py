@@ -118,11 +118,12 @@ def test_a_forced_kernel_is_used_where_it_applies_and_refused_where_not():
         select_stage1(**BASE, requested="v3")
 
 
-# geometry.i8_serves against the measurements it rests on (their µs in witcert_cupy/_cuda/geometry.py's
-# comment, H100, both kernels forced in one process by bench/lab/kernel_pair.py): Tier B or no
+# geometry.i8_serves against the measurements it rests on (their µs in the tables of
+# docs/performance.md § "Decode: the form-(I) kernel", H100, both kernels forced in one process by
+# bench/lab/kernel_pair.py): Tier B or no
 # certificate at head dim 128, where both kernels serve, each case expecting the kernel that measured
 # faster.  (The two measured shapes the rule does not follow, G = 1 at 8 bits and G = 2 at 16 bits
-# below 16k tokens, are in that comment.)  (what was measured, G, (request, kv head) pairs, tokens per
+# below 16k tokens, are in those tables.)  (what was measured, G, (request, kv head) pairs, tokens per
 # request, form (I) faster)
 MEASURED = [
     # 8-bit dither
@@ -172,7 +173,7 @@ def test_tier_b_takes_the_kernel_that_measured_faster(what, G, pairs, tokens, fa
 
 
 # ... and with an exact tier, a Tier-A term or outlier pairs, where the staged tile runs its general
-# layout (the same comment, the same tool, 8-bit dither).  (what was measured, G, pairs, tokens,
+# layout (the same tables, the same tool, 8-bit dither).  (what was measured, G, pairs, tokens,
 # exact tier, Tier-A term, outlier pairs, form (I) faster)
 MEASURED_FEATURES = [
     ("outliers, B=8, 24/8, 4k", 3, 64, 4096, False, False, True, True),

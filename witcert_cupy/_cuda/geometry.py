@@ -118,40 +118,17 @@ I8_OUTL_MAX = 8
 # (Tier B or no certificate; no exact tier, Tier-A term or outlier pairs; and the others below their
 # thresholds, further down) takes it from I8_WIDE_G heads per kv head at any batch and context, and
 # from I8_PLAIN_MIN_G[bits] with at least I8_MIN_PAIRS (request, kv head) pairs or I8_LONG_TOKENS
-# tokens per request.  Both
-# kernels forced in one process (bench/lab/kernel_pair.py, H100, certified µs i8 / v2), 8 bits: B = 8,
-# 32k: G = 1 345.5 / 337.2, G = 2 347.2 / 361.8; B = 8, 16/8, 16k 181.4 / 189.1; B = 8, 4k: G = 1
-# 54.4 / 55.1, G = 2 55.5 / 58.9, G = 3 55.1 / 65.3, G = 4 55.4 / 62.5, G = 6 57.7 / 73.1; B = 8,
-# 32/8, 8k 99.8 / 115.7; B = 4, 32/8, 4k 36.5 / 40.1; B = 3, 32/8, 4k 28.2 / 29.4; 16 pairs, 4k:
-# B = 2, G = 2 23.9 / 26.2, G = 3 23.2 / 27.9, G = 4 23.6 / 24.2; B = 2, 32/8, 8k 36.1 / 40.2;
-# 8 pairs (B = 1): 32/8 4k 17.2 / 16.7, 8k 23.6 / 23.2, 32k 56.2 / 67.6, 24/8 4k 16.9 / 16.4, 16/8
-# 32k 56.4 / 59.8, 64/8 4k 18.6 / 21.7; B = 1, 28/4, 4k 15.6 / 16.0.  (G = 1 at 4k, 1.3% faster on
-# form (I) at B = 8 and slower at 32k, stays on the staged tile.)  16 bits: B = 8, 32k: G = 2 526 /
-# 504, G = 3 515 / 552, G = 4 516 / 528; B = 8, 16/8, 16k 270.5 / 261.8; B = 8, 4k: G = 1 76.9 / 74.7,
-# G = 2 76.9 / 79.5, G = 3 75.8 / 84.4, G = 4 76.5 / 79.0, G = 5 79.5 / 86.0, G = 6 79.8 / 92.4; 16
-# pairs: B = 2, 32/8, 32k 139.6 / 140.2, B = 2, 4k: G = 2 27.6 / 32.8, G = 3 27.1 / 33.3, G = 4 27.5 /
-# 30.0, B = 4, 28/4, 4k 29.3 / 37.5; 8 pairs (B = 1): 32/8 4k 19.4 / 18.7, 32k 77.4 / 81.3; B = 1, 28/4,
-# 4k 16.8 / 16.8.  (G = 2 at 16 bits, faster on form (I) at 4k and slower from 16k, stays on the
-# staged tile.)
+# tokens per request.  The measurements behind every threshold (both kernels forced in one process,
+# bench/lab/kernel_pair.py) are the tables of docs/performance.md § "Decode: the form-(I) kernel";
+# tests/test_dispatch.py holds this rule to each of them.
 I8_MIN_PAIRS = 16
 I8_PLAIN_MIN_G = {8: 2, 16: 3}  # a plain pool, by dither bits: from here with I8_MIN_PAIRS or I8_LONG_TOKENS
 I8_WIDE_G = 7  # from here at any batch and context
 I8_LONG_TOKENS = 16384
 # With an exact tier, a Tier-A term or outlier pairs the staged tile runs its general layout (its
-# per-token dequantization and fp32 dot products), which form (I) beats further down in G.  Both
-# kernels forced in one process after form (I)'s three-product and register-move changes
-# (bench/lab/kernel_pair.py, H100, 8-bit dither, certified µs i8 / v2):
-#   outlier pairs (2 per kv head, Tier B) at every G: B = 8, 24/8, 4k 90.2 / 130.1, 16/8, 32k
-#   532.6 / 815.8; B = 1: 24/8, 32k 91.2 / 154.2, 16/8, 4k 26.2 / 28.3, 8/8, 4k 25.6 / 27.8;
-#   an exact tier (1% of pages, Tier B) from I8_EXACT_MIN_G: B = 8, 24/8, 4k 65.0 / 81.2, 16/8, 32k
-#   384.7 / 428.0; B = 1, 4k: 24/8 22.0 / 25.5, 16/8 22.0 / 23.0; but 8/8 (G = 1), B = 8, 32k 385.6 /
-#   361.3 (uncertified at B = 1, 4k the staged tile is faster: 19.2 / 20.7 at 24/8, the gate always
-#   certifies);
-#   a Tier-A term (AB, 16 bands) without an exact tier from I8_TIER_A_MIN_G: B = 8, 24/8, 4k 66.3 /
-#   82.1; B = 2, 24/8, 4k 26.7 / 30.4; B = 1, 24/8, 4k 20.1 / 22.2; at G = 2 by the plain pool's rule
-#   (B = 8, 16/8: 32k 403.7 / 474.7, 4k 67.5 / 75.0; B = 1, 16/8, 4k 20.3 / 20.2).
-# At 16-bit dither the same rules (measured there with a Tier-A term before the three-product
-# change: AB 16 bands, B = 8, 32k: 32/8 644 / 746, 28/4 366 / 457; B = 1, 32/8, 4k 24.2 / 26.0).
+# per-token dequantization and fp32 dot products), which form (I) beats further down in G: outlier
+# pairs at every G, an exact tier from I8_EXACT_MIN_G (under any certificate: the gate always
+# certifies), a Tier-A term from I8_TIER_A_MIN_G; below those a plain pool's rule (the same tables).
 I8_EXACT_MIN_G = 2  # with an exact tier (any tier of certificate): from here at any batch and context
 I8_TIER_A_MIN_G = 3  # with a Tier-A term: from here at any batch and context
 
