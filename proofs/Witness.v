@@ -175,3 +175,42 @@ Proof.
   pose proof (ru32_ge (sqrt (sum_up 0 (map (fun x => x * x) xs)))).
   lra.
 Qed.
+
+Lemma sumsq_app (xs ys : list R) : sumsq (xs ++ ys) = sumsq xs + sumsq ys.
+Proof.
+  induction xs as [| x l IH]; simpl; [lra | rewrite IH; lra].
+Qed.
+
+Lemma sumsq_le_sum_up (xs : list R) :
+  Forall binary16 xs -> sumsq xs <= sum_up 0 (map (fun x => rnd32 (x * x)) xs).
+Proof.
+  intros Hb.
+  assert (Hmap : map (fun x => rnd32 (x * x)) xs = map (fun x => x * x) xs).
+  { induction Hb as [| x l Hx Hl IH]; simpl; [reflexivity |].
+    rewrite (binary16_square_exact x Hx), IH. reflexivity. }
+  rewrite Hmap.
+  assert (Hsum : sumsq xs = fold_right Rplus 0 (map (fun x => x * x) xs)).
+  { clear. induction xs as [| x l IH]; simpl; [reflexivity | rewrite IH; reflexivity]. }
+  pose proof (sum_up_ge (map (fun x => x * x) xs) 0) as Hge.
+  lra.
+Qed.
+
+(* decode_stage1_f16's own row norm: a row split into two halves, each half's squares summed in
+   order with every step rounded up, the two sums added rounded up and the root rounded up. *)
+Theorem row_norm_bound_halves (xs ys : list R) :
+  Forall binary16 xs -> Forall binary16 ys ->
+  sqrt (sumsq (xs ++ ys)) <=
+  ru32 (sqrt (ru32 (sum_up 0 (map (fun x => rnd32 (x * x)) xs) + sum_up 0 (map (fun x => rnd32 (x * x)) ys)))).
+Proof.
+  intros Hx Hy.
+  rewrite sumsq_app.
+  pose proof (sumsq_le_sum_up xs Hx) as Ha.
+  pose proof (sumsq_le_sum_up ys Hy) as Hb.
+  set (a := sum_up 0 (map (fun x => rnd32 (x * x)) xs)) in *.
+  set (b := sum_up 0 (map (fun x => rnd32 (x * x)) ys)) in *.
+  pose proof (ru32_ge (a + b)) as Hab.
+  assert (H : sumsq xs + sumsq ys <= ru32 (a + b)) by lra.
+  pose proof (sqrt_le_1_alt _ _ H).
+  pose proof (ru32_ge (sqrt (ru32 (a + b)))).
+  lra.
+Qed.
