@@ -22,4 +22,3 @@ Print Assumptions fp32_shifted_uniform.
 Print Assumptions fp32_error_mgf.
 Print Assumptions witness_bound.
 Print Assumptions row_norm_bound.
-Print Assumptions row_norm_bound_halves.

@@ -232,14 +232,13 @@ class DecodePlan:
         # per-page (lse_j, λ_j) of a step that asks for page contributions (SPEC §6)
         self.page_lse = cp.full((B, Hq, max(P, 1)), -cp.inf, cp.float32)
         self.page_lam = cp.full((B, Hq, max(P, 1)), -cp.inf, cp.float32)
-        # an fp16 store's stored K row norms (the general kernel's evaluation term; decode_stage1_f16
-        # forms each norm from the staged row), or a null pointer
+        # an fp16 store's stored K row norms (its evaluation term's norm form), or a null pointer
         knorm = p.k_norm if dev.fp16_store and p.k_norm.size else np.uint64(0)
         stored = (self.q, data, scales, outl, wit)  # (the general kernel takes knorm after these)
         tail = (bypass, dev.band_ch, self.ip, self.ix, self.ll, self.o_part, self.lse_part, self.lam_part,
                 self.cmax_part, self.gam_part)
         if self.kernel_name == "f16":
-            self.args1 = (self.q, data, wit, dev.band_ch, self.ip, self.ix, self.ll, self.o_part, self.lse_part,
+            self.args1 = (self.q, data, wit, knorm, dev.band_ch, self.ip, self.ix, self.ll, self.o_part, self.lse_part,
                           self.lam_part, self.cmax_part, self.gam_part, np.int64(p.num_slots), _i32(p.num_kv_heads),
                           _i32(layer), _i32(dev.num_bands), _i32(int(math.log2(p.page_size))), _i32(p.num_pages),
                           _i32(self.ix.shape[0]), _i32(ns), _i32(cert_mod.tier_code(cert)), np.float32(sm_scale),
