@@ -3,10 +3,9 @@
 // inputs and outputs as decode_stage1<128, G, true> (decode.cu) on such a pool: fp32 dot products of the fp32 query with the stored values
 // converted exactly to fp32 (SPEC §6), Tier-A c_t (SPEC §4) plus the evaluation term γ_t (SPEC §4.1),
 // λ, cmax and Γ per split.  γ_t = gamma_exact·||q_g||·||x_t|| (Cauchy–Schwarz on Σ_c |q_c||x_c|,
-// docs/certificate.md §10.1), ||x_t|| formed here from the staged K row, rounded up (f16_norm2_up:
-// an FMA per channel and token beside the G dot products' 2·G), where the pool's stored norm would
-// be a fourth memory stream (4 bytes per token, an access per page beside the K, V and witness rows)
-// and Σ|q||x| per head would double the dot products' work.
+// docs/certificate.md §10.1), ||x_t|| the pool's stored norm (knorm, rounded up when the row was
+// written): one 4-byte load per token, where Σ|q||x| per head would double the dot products' work
+// and forming the norm here cost an FMA per channel and token (4% of a certified step at G = 7).
 //
 // decode_stage1_f16<G, CERT>: grid (⌈num_splits / NP⌉, Hkv, B), block NP warps serving the kv
 // head's G query heads (CERT: the certified instantiation, tier != 0; the other carries no λ state).
@@ -53,46 +52,6 @@ __device__ __forceinline__ void f16_x8(const uint4& w, float (&x)[8]) {
     f16_pair(w.w, x[6], x[7]);
 }
 
-// Σ x_c² over eight values onto `acc`, each step rounded toward +inf: x_c² is exact in fp32 (an fp16
-// significand squared fits 22 bits, 2^-48 is normal), so each FMA is the exact sum rounded up and
-// the result bounds the true sum from above in any order (docs/certificate.md §10.1)
-__device__ __forceinline__ float f16_norm2_up(float acc, const float (&x)[8]) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc = __fmaf_ru(x[i], x[i], acc);
-    return acc;
-}
-
-// Bands b8 .. b8 + 7 of Σ_b a_{g,b} w_{t,b} per head, in band order, from their 16 witness bytes `w`
-// (a_band: [G][NB] coefficients)
-template <int G>
-__device__ __forceinline__ void f16_tier_a8(const uint4& w, const float* __restrict__ a_band, int NB, int b8,
-                                            float (&ca)[G]) {
-    float wv[8];
-    f16_x8(w, wv);
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-        const float4 a0 = *reinterpret_cast<const float4*>(a_band + g * NB + b8);
-        const float4 a1 = *reinterpret_cast<const float4*>(a_band + g * NB + b8 + 4);
-        ca[g] += a0.x * wv[0];
-        ca[g] += a0.y * wv[1];
-        ca[g] += a0.z * wv[2];
-        ca[g] += a0.w * wv[3];
-        ca[g] += a1.x * wv[4];
-        ca[g] += a1.y * wv[5];
-        ca[g] += a1.z * wv[6];
-        ca[g] += a1.w * wv[7];
-    }
-}
-
-// 16 bytes of a staged witness row (one load: the compiler split a uint4 dereference into four)
-__device__ __forceinline__ uint4 f16_wit16(const u16* wr) {
-    uint4 w;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
-                 : "r"(smem_addr(wr)));
-    return w;
-}
-
 // Σ_b a_{g,b} w_{t,b} per head in band order (SPEC §4, Tier A) from a staged witness row of NB
 // bands, NB a compile-time constant.  From 8 bands the lane's row is read 16 bytes at a time: the
 // rows sit NB·2 bytes apart, so the lanes 0, 4, 8, … of a 2-byte load read one bank (eight-way
@@ -103,7 +62,27 @@ __device__ __forceinline__ void f16_tier_a(const u16* __restrict__ wr, const flo
                                            float (&ca)[G]) {
     if constexpr (NB >= 8) {
 #pragma unroll 2
-        for (int b8 = 0; b8 < NB; b8 += 8) f16_tier_a8<G>(f16_wit16(wr + b8), a_band, NB, b8, ca);
+        for (int b8 = 0; b8 < NB; b8 += 8) {
+            uint4 w;  // one 16-byte load (the compiler split a uint4 dereference into four)
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                         : "r"(smem_addr(wr + b8)));
+            float wv[8];
+            f16_x8(w, wv);
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                const float4 a0 = *reinterpret_cast<const float4*>(a_band + g * NB + b8);
+                const float4 a1 = *reinterpret_cast<const float4*>(a_band + g * NB + b8 + 4);
+                ca[g] += a0.x * wv[0];
+                ca[g] += a0.y * wv[1];
+                ca[g] += a0.z * wv[2];
+                ca[g] += a0.w * wv[3];
+                ca[g] += a1.x * wv[4];
+                ca[g] += a1.y * wv[5];
+                ca[g] += a1.z * wv[6];
+                ca[g] += a1.w * wv[7];
+            }
+        }
     } else {
 #pragma unroll
         for (int bb = 0; bb < NB; ++bb) {
@@ -283,6 +262,8 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
             cp_async_commit();
         };
 
+        // the stored norm of the lane's token (a tile ahead, in a register: its load's latency hides
+        // under a tile; an invalid row reads slot 0's, unused)
         const float* kn = knorm + ((i64)layer * H + h) * N;
         float xn = 0.0f;
         int pg = 0;
@@ -363,23 +344,12 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
                 const float give = hh ? dA[g] : dB[g], keep = hh ? dB[g] : dA[g];
                 dot[g] = keep + __shfl_xor_sync(FULL, give, 16);
             }
-            // the token's ||x_t||, rounded up, from its two halves' sums of squares the same way (a
-            // non-finite value gives +inf, NaN included, as the pool's stored norm would)
             // c_t per head (the certifier): Σ_b a_b w_{t,b} in band order from the staged witness row,
             // plus γ_t from the token's stored norm
             float ct[G];
 #pragma unroll
             for (int g = 0; g < G; ++g) ct[g] = INFINITY;
-            // At 8 and 16 bands (the library's default is 16) the lane's witness row is read into
-            // registers here and c^A formed after K(i+1) is issued, so that its G·NB FMAs run under
-            // the next tile's loads; at other widths c^A is formed from the staged row first
-            const bool wreg = certifier && tier_a && (NB == 8 || NB == 16);
-            uint4 w0 = make_uint4(0u, 0u, 0u, 0u), w1 = w0;
-            if (wreg) {
-                const u16* wr = wt + lane * NB;
-                w0 = f16_wit16(wr);
-                if (NB == 16) w1 = f16_wit16(wr + 8);
-            } else if (certifier && tier_a) {
+            if (certifier && tier_a) {
                 float ca[G];
 #pragma unroll
                 for (int g = 0; g < G; ++g) ca[g] = 0.0f;
@@ -387,6 +357,8 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
                 switch (NB) {
                     case 64: f16_tier_a<64, G>(wr, a_band, ca); break;
                     case 32: f16_tier_a<32, G>(wr, a_band, ca); break;
+                    case 16: f16_tier_a<16, G>(wr, a_band, ca); break;
+                    case 8: f16_tier_a<8, G>(wr, a_band, ca); break;
                     case 4: f16_tier_a<4, G>(wr, a_band, ca); break;
                     case 2: f16_tier_a<2, G>(wr, a_band, ca); break;
                     default: f16_tier_a<1, G>(wr, a_band, ca); break;
@@ -395,22 +367,13 @@ __global__ void __launch_bounds__(32 * F16_PIPES, f16_min_blocks(CERT)) decode_s
                 for (int g = 0; g < G; ++g) ct[g] = ca[g];
             }
             // K(i+1) loads from here, under this tile's c_t, softmax, λ and P·V: the K buffer and the
-            // witness rows have had their last reads (the dot products, the witness row), and the
-            // work after them needs only registers and P, so it no longer delays the next request
+            // witness rows have had their last reads (the dot products, c^A), and the work after
+            // them needs only registers and P, so it no longer delays the next tile's request
             __syncwarp();  // every lane is done with this tile's K rows and witness rows
             if (more) {
                 stage_k(slotn, vmn);
             } else {
                 cp_async_commit();  // an empty group keeps the wait counts uniform
-            }
-            if (wreg) {  // the same FMAs in the same band order as f16_tier_a: the same bits
-                float ca[G];
-#pragma unroll
-                for (int g = 0; g < G; ++g) ca[g] = 0.0f;
-                f16_tier_a8<G>(w0, a_band, NB, 0, ca);
-                if (NB == 16) f16_tier_a8<G>(w1, a_band, NB, 8, ca);
-#pragma unroll
-                for (int g = 0; g < G; ++g) ct[g] = ca[g];
             }
             if (CERT && certifier) {  // c_t = (c^A + γ_t)·slack as ca·slack + (g·slack)·||x_t||
 #pragma unroll
