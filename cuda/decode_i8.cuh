@@ -240,10 +240,6 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
     const i64 ta = st.ta, tb = st.tb;
     const u32 ctr2 = dither_ctr2(layer, h + head_base);
     const i64 rowk = pool_row(layer, 0, H, h, N), rowv = pool_row(layer, 1, H, h, N);
-    // the head's K and V code rows, formed once: ptxas otherwise re-derives pool_row's products in
-    // every tile's staging
-    const i8* const ck = codes + rowk * D;
-    const i8* const cv = codes + rowv * D;
 
     // ---- the tile pipeline's loads, per warp: lane = token; four lanes copy one half row's 64 code
     // bytes per side (lane & 3 = its 16-byte piece, the row's slot by shuffle), each lane its own
@@ -298,8 +294,8 @@ __global__ void __launch_bounds__(D / 2, I8_MIN_CTAS(D, BITS))
             const bool vr = (vm >> r) & 1u;
             const int so = i8_off(r, lane & 3);
             const i64 co = (i64)sr * D + I8_WARP_CH * ww + 16 * (lane & 3);
-            cp_async16_zfill(&sh.codes[buf][ww][0][so], ck + co, vr);
-            cp_async16_zfill(&sh.codes[buf][ww][1][so], cv + co, vr);
+            cp_async16_zfill(&sh.codes[buf][ww][0][so], codes + rowk * D + co, vr);
+            cp_async16_zfill(&sh.codes[buf][ww][1][so], codes + rowv * D + co, vr);
         }
         i8_copy_scales<NG>(&sh.ks[buf][ww][lane][0], scales + (rowk + slot) * NG, v);
         cp_async4_zfill(&sh.vs[buf][ww][lane][0], scales + (rowv + slot) * NG + 2 * ww, v && te_ < 0);
